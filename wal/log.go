@@ -1,0 +1,302 @@
+package wal
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/dgraph-io/ristretto/v2"
+)
+
+// Durability says when an append completes.
+type Durability uint8
+
+const (
+	// AfterFlush completes once the records are handed to the kernel
+	// (the written frontier): they survive a process crash, not a power loss.
+	AfterFlush Durability = 1
+	// AfterFsync completes once an fdatasync covers the records (the durable
+	// frontier).
+	AfterFsync Durability = 2
+)
+
+func (d Durability) String() string {
+	switch d {
+	case AfterFlush:
+		return "after-flush"
+	case AfterFsync:
+		return "after-fsync"
+	}
+	return fmt.Sprintf("durability(%d)", uint8(d))
+}
+
+// AppendResult names the offsets an append took: First up to, not
+// including, Next.
+type AppendResult struct {
+	First, Next uint64
+}
+
+// Log is a segmented, checksummed write-ahead log with a written and a
+// durable frontier. All methods are safe for concurrent use.
+type Log struct {
+	dir     string
+	opts    Options
+	fs      vfs.FS
+	lock    io.Closer
+	dirFile vfs.File
+	cache   *ristretto.Cache[uint64, []byte] // nil when the tail cache is off
+
+	written frontier // WrittenNext: handed to the kernel
+	durable frontier // DurableNext: covered by a completed fdatasync
+	epoch   atomic.Uint64
+
+	segMu sync.RWMutex // guards segs and head
+	segs  []*segment   // sorted by base; the last is the active segment
+	head  uint64
+
+	appendCh chan *Completion // unbuffered: a send means the writer took it
+	ctlCh    chan control
+	syncReq  chan syncJob
+	syncDone chan syncResult
+	closing  chan struct{} // closed when Close starts
+	done     chan struct{} // closed when the writer has stopped
+
+	statusMu sync.Mutex // guards status
+	status   Status
+
+	recovery  RecoveryReport
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Completion is the handle of an asynchronous append.
+type Completion struct {
+	entries []Entry
+	dur     Durability
+	size    int  // encoded bytes
+	syncReq bool // a forced sync with no entries
+	done    chan struct{}
+	res     AppendResult
+	err     error
+	wakeSeq uint64 // order in which the writer completed it
+}
+
+// Done is closed when the append has completed or failed.
+func (c *Completion) Done() <-chan struct{} { return c.done }
+
+// Result returns the outcome; call it after Done is closed.
+func (c *Completion) Result() (AppendResult, error) { return c.res, c.err }
+
+// Wait blocks until the append completes or ctx ends. A cancelled wait does
+// not cancel the append, which may still complete.
+func (c *Completion) Wait(ctx context.Context) (AppendResult, error) {
+	select {
+	case <-c.done:
+		return c.res, c.err
+	case <-ctx.Done():
+		return AppendResult{}, ctx.Err()
+	}
+}
+
+func failedCompletion(err error) *Completion {
+	c := &Completion{done: make(chan struct{}), err: err}
+	close(c.done)
+	return c
+}
+
+// Append writes entries as consecutive records and blocks until they reach
+// the boundary d names.
+func (l *Log) Append(ctx context.Context, entries []Entry, d Durability) (AppendResult, error) {
+	return l.AppendAsync(entries, d).Wait(ctx)
+}
+
+// AppendAsync hands entries to the writer and returns at once. The entries'
+// payloads must not change until the completion is done.
+func (l *Log) AppendAsync(entries []Entry, d Durability) *Completion {
+	size, err := l.checkBatch(entries, d)
+	if err != nil {
+		return failedCompletion(err)
+	}
+	c := &Completion{entries: entries, dur: d, size: size, done: make(chan struct{})}
+	select {
+	case l.appendCh <- c:
+		return c
+	case <-l.closing:
+		return failedCompletion(ErrClosed)
+	}
+}
+
+func (l *Log) checkBatch(entries []Entry, d Durability) (int, error) {
+	if d != AfterFlush && d != AfterFsync {
+		return 0, fmt.Errorf("wal: unknown durability %d", d)
+	}
+	if len(entries) == 0 {
+		return 0, ErrEmptyBatch
+	}
+	size := 0
+	for i, e := range entries {
+		if e.Type == 0 {
+			return 0, fmt.Errorf("entry %d: %w", i, ErrInvalidType)
+		}
+		if len(e.Payload) > l.opts.MaxRecordSize {
+			return 0, fmt.Errorf("entry %d: payload of %d bytes over %d: %w",
+				i, len(e.Payload), l.opts.MaxRecordSize, ErrTooLarge)
+		}
+		size += encodedSize(len(e.Payload))
+	}
+	if int64(size) > l.opts.SegmentSize-segmentHeaderSize {
+		return 0, fmt.Errorf("wal: batch of %d bytes does not fit a %d-byte segment: %w",
+			size, l.opts.SegmentSize, ErrTooLarge)
+	}
+	return size, nil
+}
+
+// WrittenNext is the offset after the last record handed to the kernel.
+func (l *Log) WrittenNext() uint64 { return l.written.load() }
+
+// DurableNext is the offset after the last record covered by an fdatasync.
+// It is never above WrittenNext.
+func (l *Log) DurableNext() uint64 { return l.durable.load() }
+
+// WaitWritten blocks until WrittenNext reaches atLeast and returns it. It
+// fails when the log latches or closes first.
+func (l *Log) WaitWritten(ctx context.Context, atLeast uint64) (uint64, error) {
+	return l.written.wait(ctx, atLeast)
+}
+
+// WaitDurable blocks until DurableNext reaches atLeast and returns it.
+func (l *Log) WaitDurable(ctx context.Context, atLeast uint64) (uint64, error) {
+	return l.durable.wait(ctx, atLeast)
+}
+
+// Sync makes every record written before the call durable. It shares the
+// fsync pipeline with AfterFsync appends.
+func (l *Log) Sync(ctx context.Context) error {
+	c := &Completion{syncReq: true, dur: AfterFsync, done: make(chan struct{})}
+	select {
+	case l.appendCh <- c:
+	case <-l.closing:
+		return ErrClosed
+	}
+	_, err := c.Wait(ctx)
+	return err
+}
+
+// Seal flushes and syncs everything written, waits for syncs in flight, and
+// then persists epoch, which must be above the current one.
+func (l *Log) Seal(ctx context.Context, epoch uint64) error {
+	return l.control(ctx, control{kind: ctlSeal, epoch: epoch})
+}
+
+// Epoch is the epoch of the last Seal, persisted across reopen.
+func (l *Log) Epoch() uint64 { return l.epoch.Load() }
+
+// SetBackgroundSyncInterval changes the background sync cadence live; zero
+// or negative turns it off.
+func (l *Log) SetBackgroundSyncInterval(d time.Duration) error {
+	if d <= 0 {
+		d = -1
+	}
+	return l.control(context.Background(), control{kind: ctlSettings, interval: d, threshold: 0})
+}
+
+// SetSyncBytesThreshold changes the unsynced-bytes bound live; zero or
+// negative turns it off.
+func (l *Log) SetSyncBytesThreshold(n int64) error {
+	if n <= 0 {
+		n = -1
+	}
+	return l.control(context.Background(), control{kind: ctlSettings, threshold: n})
+}
+
+func (l *Log) control(ctx context.Context, m control) error {
+	m.reply = make(chan error, 1)
+	select {
+	case l.ctlCh <- m:
+	case <-l.closing:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-m.reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Head is the lowest offset that reads may ask for.
+func (l *Log) Head() uint64 {
+	l.segMu.RLock()
+	defer l.segMu.RUnlock()
+	return l.head
+}
+
+// AdvanceHead moves the head to offset (retention) and removes the segment
+// files wholly below it. It never passes the durable frontier and never
+// blocks the writer. The head is not persisted: after a reopen it is the base
+// of the first segment that remained.
+func (l *Log) AdvanceHead(offset uint64) error {
+	if d := l.durable.load(); offset > d {
+		return fmt.Errorf("wal: head %d past durable %d: %w", offset, d, ErrHeadBeyondDurable)
+	}
+	l.segMu.Lock()
+	if offset <= l.head {
+		l.segMu.Unlock()
+		return nil
+	}
+	l.head = offset
+	// Segment i is wholly below the head when the next one starts at or
+	// below it. The active segment always stays.
+	n := sort.Search(len(l.segs)-1, func(i int) bool { return l.segs[i+1].base > offset })
+	gone := append([]*segment(nil), l.segs[:n]...)
+	l.segs = append(l.segs[:0:0], l.segs[n:]...)
+	l.segMu.Unlock()
+
+	var firstErr error
+	for _, s := range gone {
+		s.removed.Store(true)
+		if err := l.fs.Remove(s.path); err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("wal: remove segment %d: %w", s.base, err)
+		}
+		s.release()
+	}
+	return firstErr
+}
+
+// Recovery reports what Open found and repaired.
+func (l *Log) Recovery() RecoveryReport { return l.recovery }
+
+// Close syncs everything written, stops the writer and closes the files. A
+// latched log closes without syncing; its reopen carries out the cut.
+func (l *Log) Close() error {
+	l.closeOnce.Do(func() {
+		close(l.closing)
+		reply := make(chan error, 1)
+		l.ctlCh <- control{kind: ctlClose, reply: reply}
+		l.closeErr = <-reply
+		<-l.done
+		l.closeFiles()
+	})
+	return l.closeErr
+}
+
+func (l *Log) closeFiles() {
+	l.segMu.Lock()
+	for _, s := range l.segs {
+		s.release()
+	}
+	l.segs = nil
+	l.segMu.Unlock()
+	if l.cache != nil {
+		l.cache.Close()
+	}
+	_ = l.dirFile.Close()
+	_ = l.lock.Close()
+}

@@ -1,0 +1,142 @@
+package wal
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Prealloc says how a new segment reserves its space.
+type Prealloc int
+
+const (
+	// PreallocDefault picks the measured winner, PreallocExtend.
+	PreallocDefault Prealloc = iota
+	// PreallocExtend allocates the whole segment and sets its size up front
+	// (fallocate mode 0). Zeros mark the end of the records, so an fdatasync
+	// has no size change to write.
+	PreallocExtend
+	// PreallocKeepSize reserves the blocks without changing the file size
+	// (fallocate FALLOC_FL_KEEP_SIZE): the valid bytes end at EOF.
+	PreallocKeepSize
+	// PreallocOff reserves nothing.
+	PreallocOff
+)
+
+func (p Prealloc) String() string {
+	switch p {
+	case PreallocDefault:
+		return "default"
+	case PreallocExtend:
+		return "extend"
+	case PreallocKeepSize:
+		return "keep-size"
+	case PreallocOff:
+		return "off"
+	}
+	return fmt.Sprintf("prealloc(%d)", int(p))
+}
+
+// ParsePrealloc reads a Prealloc from its String form.
+func ParsePrealloc(s string) (Prealloc, error) {
+	for _, p := range []Prealloc{PreallocDefault, PreallocExtend, PreallocKeepSize, PreallocOff} {
+		if p.String() == s {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("wal: unknown preallocation %q (want default, extend, keep-size or off)", s)
+}
+
+// Defaults for the zero Options.
+const (
+	DefaultSegmentSize            = 64 << 20
+	DefaultIndexSpacing           = 4 << 10
+	DefaultBackgroundSyncInterval = 100 * time.Millisecond
+	DefaultSyncBytesThreshold     = 4 << 20
+	DefaultTailCacheBytes         = 8 << 20
+	DefaultMaxRecordSize          = 8 << 20
+	// minSegmentSize keeps tests able to force rollovers with tiny segments.
+	minSegmentSize = 4 << 10
+)
+
+// Options configure a log. The zero value of every field means its default.
+type Options struct {
+	// FS is the file system the log lives on. Default: vfs.Default. Tests pass
+	// pebble's crashable in-memory FS or an errorfs wrapper.
+	FS vfs.FS
+	// SegmentSize is the size at which the active segment rolls over.
+	// Default 64 MiB. Recovery scans at most one segment in full.
+	SegmentSize int64
+	// IndexSpacing is the distance in bytes between sparse index entries.
+	// Default 4 KiB.
+	IndexSpacing int
+	// Preallocate picks how new segments reserve space. Default PreallocExtend.
+	Preallocate Prealloc
+	// BackgroundSyncInterval is the target time between background syncs of
+	// written records. Default 100 ms; negative turns the timer off.
+	BackgroundSyncInterval time.Duration
+	// SyncBytesThreshold starts a background sync once this many bytes are
+	// written but not synced, and past twice this AfterFlush appends wait for
+	// the sync. Default 4 MiB; negative turns the bound off.
+	SyncBytesThreshold int64
+	// TailCacheBytes budgets the cache of recently written records that
+	// serves reads before the segment files. Default 8 MiB; negative
+	// turns the cache off.
+	TailCacheBytes int64
+	// MaxRecordSize caps one record's payload. Default 8 MiB.
+	MaxRecordSize int
+	// Logger receives warnings (recovery cuts, latches). Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate reports options that cannot work.
+func (o Options) Validate() error {
+	switch {
+	case o.SegmentSize != 0 && o.SegmentSize < minSegmentSize:
+		return fmt.Errorf("wal: segment size %d is below the minimum %d", o.SegmentSize, minSegmentSize)
+	case o.IndexSpacing < 0:
+		return fmt.Errorf("wal: negative index spacing %d", o.IndexSpacing)
+	case o.Preallocate < PreallocDefault || o.Preallocate > PreallocOff:
+		return fmt.Errorf("wal: unknown preallocation %d", o.Preallocate)
+	case o.MaxRecordSize < 0 || o.MaxRecordSize > maxPayload:
+		return fmt.Errorf("wal: max record size %d outside 0..%d", o.MaxRecordSize, maxPayload)
+	}
+	return nil
+}
+
+// withDefaults fills in every zero field.
+func (o Options) withDefaults() Options {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.SegmentSize == 0 {
+		o.SegmentSize = DefaultSegmentSize
+	}
+	if o.IndexSpacing == 0 {
+		o.IndexSpacing = DefaultIndexSpacing
+	}
+	if o.Preallocate == PreallocDefault {
+		o.Preallocate = PreallocExtend
+	}
+	if o.BackgroundSyncInterval == 0 {
+		o.BackgroundSyncInterval = DefaultBackgroundSyncInterval
+	}
+	if o.SyncBytesThreshold == 0 {
+		o.SyncBytesThreshold = DefaultSyncBytesThreshold
+	}
+	if o.TailCacheBytes == 0 {
+		o.TailCacheBytes = DefaultTailCacheBytes
+	}
+	if o.MaxRecordSize == 0 {
+		o.MaxRecordSize = DefaultMaxRecordSize
+	}
+	if max := int(o.SegmentSize) - segmentHeaderSize - recordHeaderSize; o.MaxRecordSize > max {
+		o.MaxRecordSize = max
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}

@@ -1,0 +1,209 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+)
+
+// minReadChunk is the least a read from a segment file brings in.
+const minReadChunk = 64 << 10
+
+// ReadWritten returns records from offset from up to the written frontier,
+// stopping before the record that would take the payload total past
+// maxBytes (the first record is always returned). Payloads are shared with
+// the tail cache: treat them as read-only.
+func (l *Log) ReadWritten(from uint64, maxBytes int) ([]Record, error) {
+	return l.read(from, l.written.load(), maxBytes)
+}
+
+// ReadDurable is ReadWritten bounded by the durable frontier.
+func (l *Log) ReadDurable(from uint64, maxBytes int) ([]Record, error) {
+	return l.read(from, l.durable.load(), maxBytes)
+}
+
+func (l *Log) read(from, limit uint64, maxBytes int) ([]Record, error) {
+	select {
+	case <-l.closing:
+		return nil, ErrClosed
+	default:
+	}
+	if head := l.Head(); from < head {
+		return nil, fmt.Errorf("wal: read at %d, head %d: %w", from, head, ErrBeforeHead)
+	}
+	if from > limit {
+		return nil, fmt.Errorf("wal: read at %d, frontier %d: %w", from, limit, ErrBeyondFrontier)
+	}
+	var out []Record
+	total := 0
+	fits := func(n int) bool { return len(out) == 0 || total+n <= maxBytes }
+	for o := from; o < limit; {
+		if rec, ok := l.cached(o); ok {
+			if !fits(len(rec.Payload)) {
+				break
+			}
+			out = append(out, rec)
+			total += len(rec.Payload)
+			o++
+			continue
+		}
+		recs, err := l.readSegment(o, limit, maxBytes-total)
+		if err != nil {
+			return out, err
+		}
+		for _, rec := range recs {
+			if !fits(len(rec.Payload)) {
+				return out, nil
+			}
+			out = append(out, rec)
+			total += len(rec.Payload)
+			o++
+		}
+		if len(recs) == 0 || total >= maxBytes {
+			break
+		}
+	}
+	return out, nil
+}
+
+// cached returns offset's record from the tail cache after checking it.
+func (l *Log) cached(offset uint64) (Record, bool) {
+	if l.cache == nil {
+		return Record{}, false
+	}
+	b, ok := l.cache.Get(offset)
+	if !ok {
+		return Record{}, false
+	}
+	rec, _, status, _ := decodeRecord(b, offset, l.opts.MaxRecordSize)
+	return rec, status == decodeOK
+}
+
+// readSegment reads a run of records starting at offset from the segment
+// that holds it, up to limit, bringing in about budget bytes.
+func (l *Log) readSegment(offset, limit uint64, budget int) ([]Record, error) {
+	seg, err := l.segmentFor(offset)
+	if err != nil {
+		return nil, err
+	}
+	defer seg.release()
+	pos, err := l.locate(seg, offset)
+	if err != nil {
+		return nil, err
+	}
+	want := max(budget+recordHeaderSize, minReadChunk)
+	for {
+		buf := make([]byte, want)
+		n, err := seg.file.ReadAt(buf, pos)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("wal: read segment %d at %d: %w", seg.base, pos, err)
+		}
+		buf = buf[:n]
+		var out []Record
+		at, o := 0, offset
+		for o < limit && at < len(buf) {
+			rec, used, status, reason := decodeRecord(buf[at:], o, l.opts.MaxRecordSize)
+			if status == decodeShort && n == want {
+				break // continues past this read
+			}
+			if status != decodeOK {
+				if status == decodeEnd {
+					reason = "end of records before the frontier"
+				}
+				if len(out) > 0 {
+					return out, nil // report it when the read reaches it
+				}
+				return nil, &CorruptionError{Segment: seg.base, Pos: pos + int64(at), Offset: o, Reason: reason}
+			}
+			out = append(out, rec)
+			at += used
+			o++
+		}
+		if len(out) > 0 || o >= limit {
+			return out, nil
+		}
+		want = recordHeaderSize + l.opts.MaxRecordSize // one record larger than the read
+		if n < len(buf) || want <= len(buf) {
+			return nil, &CorruptionError{Segment: seg.base, Pos: pos, Offset: offset, Reason: "torn record"}
+		}
+	}
+}
+
+// segmentFor finds the segment holding offset and takes a reference on it.
+func (l *Log) segmentFor(offset uint64) (*segment, error) {
+	l.segMu.RLock()
+	defer l.segMu.RUnlock()
+	if offset < l.head {
+		return nil, fmt.Errorf("wal: read at %d, head %d: %w", offset, l.head, ErrBeforeHead)
+	}
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].base > offset })
+	if i == 0 {
+		return nil, fmt.Errorf("wal: no segment holds offset %d: %w", offset, ErrBeforeHead)
+	}
+	seg := l.segs[i-1]
+	seg.acquire()
+	return seg, nil
+}
+
+// locate returns the byte position of offset in seg: a binary search of the
+// sparse index, then a scan of at most one index interval.
+func (l *Log) locate(seg *segment, offset uint64) (int64, error) {
+	seg.mu.Lock()
+	if !seg.indexed {
+		res, err := scanSegment(seg.file, seg.base, seg.end, l.opts.MaxRecordSize, l.opts.IndexSpacing)
+		if err != nil {
+			seg.mu.Unlock()
+			return 0, err
+		}
+		seg.index, seg.indexed = res.index, true
+		if res.end < seg.end {
+			stop := res.stop
+			if stop == nil {
+				stop = &CorruptionError{Segment: seg.base, Pos: res.pos, Offset: res.end, Reason: "sealed segment ends early"}
+			}
+			seg.corrupt = stop
+		}
+	}
+	if c := seg.corrupt; c != nil && offset >= c.Offset {
+		seg.mu.Unlock()
+		return 0, c
+	}
+	e := seg.lookupLocked(offset)
+	seg.mu.Unlock()
+	if e.offset == offset {
+		return e.pos, nil
+	}
+	// Scan forward from the index entry.
+	buf := make([]byte, l.opts.IndexSpacing+recordHeaderSize+minReadChunk)
+	pos, o := e.pos, e.offset
+	for {
+		n, err := seg.file.ReadAt(buf, pos)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return 0, fmt.Errorf("wal: read segment %d at %d: %w", seg.base, pos, err)
+		}
+		at := 0
+		for at < n {
+			if o == offset {
+				return pos + int64(at), nil
+			}
+			_, used, status, reason := decodeRecord(buf[at:n], o, l.opts.MaxRecordSize)
+			if status == decodeShort && n == len(buf) && at > 0 {
+				break
+			}
+			if status != decodeOK {
+				return 0, &CorruptionError{Segment: seg.base, Pos: pos + int64(at), Offset: o, Reason: "index scan: " + reason}
+			}
+			at += used
+			o++
+		}
+		if o == offset {
+			return pos + int64(at), nil
+		}
+		if at == 0 {
+			buf = make([]byte, 2*len(buf))
+			continue
+		}
+		pos += int64(at)
+	}
+}

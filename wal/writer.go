@@ -1,0 +1,530 @@
+package wal
+
+import (
+	"bytes"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// maxGroupBytes caps how much one group write gathers from waiting appenders.
+const maxGroupBytes = 1 << 20
+
+type controlKind int
+
+const (
+	ctlClose controlKind = iota
+	ctlSeal
+	ctlSettings
+)
+
+// control is a request to the writer goroutine other than an append.
+type control struct {
+	kind      controlKind
+	epoch     uint64
+	interval  time.Duration // ctlSettings: zero keeps, negative turns off
+	threshold int64         // ctlSettings: zero keeps, negative turns off
+	reply     chan error
+}
+
+// syncJob asks the syncer to fdatasync the active segment (and the directory
+// when a segment was created since the last directory sync). target is the
+// written frontier when the job was taken: a success makes it durable.
+type syncJob struct {
+	file        vfs.File
+	dir         bool
+	dirGen      uint64
+	target      uint64
+	targetBytes int64
+	background  bool
+}
+
+type syncResult struct {
+	job  syncJob
+	err  error
+	took time.Duration
+}
+
+// writer owns the active segment and the whole write path. Only the writer
+// goroutine touches its fields.
+type writer struct {
+	l    *Log
+	opts Options
+
+	active       *segment
+	pos          int64  // write position in the active segment
+	next         uint64 // next offset to assign; equals WrittenNext between events
+	buf          []byte // staging buffer: encoded but not yet written
+	starts       []int  // record starts in buf
+	pendIndex    []indexEntry
+	lastIndexPos int64
+	group        []*Completion // encoded into buf or waiting on it, in offset order
+	batch        []*Completion
+
+	fsyncWaiters []*Completion // written, waiting for durable, in offset order
+	syncInFlight bool
+	lastSyncAt   time.Time // when the last sync started
+	timer        *time.Timer
+	timerArmed   bool
+	interval     time.Duration
+	threshold    int64
+	holding      bool
+
+	writtenBytes, durableBytes int64 // cumulative since open
+	afterJobWrite              time.Time
+	dirGen, dirSynced          uint64 // a directory sync is owed while dirGen > dirSynced
+
+	latched  bool
+	latchErr error
+	wakeSeq  uint64
+	st       Status // counters and times, published to Log.status after each event
+}
+
+func (w *writer) run() {
+	defer close(w.l.done)
+	for {
+		in := w.l.appendCh
+		if w.holdAppends() {
+			in = nil
+		}
+		select {
+		case c := <-in:
+			w.handleAppends(c)
+		case r := <-w.l.syncDone:
+			w.syncFinished(r, true)
+		case <-w.timer.C:
+			w.timerArmed = false
+			w.backgroundTick()
+		case m := <-w.l.ctlCh:
+			if m.kind == ctlClose {
+				m.reply <- w.shutdown()
+				return
+			}
+			m.reply <- w.handleControl(m)
+		}
+		w.publishStatus()
+	}
+}
+
+// holdAppends applies the byte bound: past twice the threshold, appends wait
+// until a sync brings the unsynced bytes down.
+func (w *writer) holdAppends() bool {
+	hold := !w.latched && w.threshold > 0 && w.writtenBytes-w.durableBytes >= 2*w.threshold
+	if hold && !w.holding {
+		w.st.Backpressured++
+		if !w.syncInFlight {
+			w.startSync(true)
+		}
+	}
+	w.holding = hold
+	return hold
+}
+
+// handleAppends gathers every append already waiting, encodes them into one
+// buffer and writes it with one write() per segment.
+func (w *writer) handleAppends(first *Completion) {
+	batch := append(w.batch[:0], first)
+	bytes := first.size
+gather:
+	for bytes < maxGroupBytes {
+		select {
+		case c := <-w.l.appendCh:
+			batch = append(batch, c)
+			bytes += c.size
+		default:
+			break gather
+		}
+	}
+	for _, c := range batch {
+		if w.latched {
+			w.complete(c, w.latchErr)
+			continue
+		}
+		if c.syncReq {
+			c.res = AppendResult{First: w.next, Next: w.next}
+			w.group = append(w.group, c)
+			continue
+		}
+		if w.pos+int64(len(w.buf))+int64(c.size) > w.opts.SegmentSize {
+			w.flush()
+			if !w.latched {
+				w.roll()
+			}
+			if w.latched {
+				w.complete(c, w.latchErr)
+				continue
+			}
+		}
+		w.encode(c)
+	}
+	clear(batch)
+	w.batch = batch[:0]
+	w.flush()
+	w.afterWrite()
+}
+
+func (w *writer) encode(c *Completion) {
+	c.res.First = w.next
+	for _, e := range c.entries {
+		recPos := w.pos + int64(len(w.buf))
+		if recPos == segmentHeaderSize || recPos-w.lastIndexPos >= int64(w.opts.IndexSpacing) {
+			w.pendIndex = append(w.pendIndex, indexEntry{offset: w.next, pos: recPos})
+			w.lastIndexPos = recPos
+		}
+		w.starts = append(w.starts, len(w.buf))
+		w.buf = appendRecord(w.buf, w.next, e.Type, e.Payload)
+		w.next++
+	}
+	c.res.Next = w.next
+	w.group = append(w.group, c)
+}
+
+// flush writes the staging buffer with one write(), advances the written
+// frontier, and completes or parks the group's appends in offset order.
+func (w *writer) flush() {
+	if len(w.buf) > 0 {
+		if _, err := w.active.file.WriteAt(w.buf, w.pos); err != nil {
+			w.latch(&StorageError{Op: fmt.Sprintf("write segment %d", w.active.base), Err: err})
+			for _, c := range w.group {
+				w.complete(c, w.latchErr)
+			}
+			w.resetStaging()
+			return
+		}
+		now := time.Now()
+		if w.st.OldestUnsynced.IsZero() {
+			w.st.OldestUnsynced = now
+		}
+		if w.syncInFlight && w.afterJobWrite.IsZero() {
+			w.afterJobWrite = now
+		}
+		w.pos += int64(len(w.buf))
+		w.writtenBytes += int64(len(w.buf))
+		w.st.Writes++
+		w.st.Records += uint64(len(w.starts))
+		if len(w.pendIndex) > 0 {
+			w.active.mu.Lock()
+			w.active.addIndexLocked(w.pendIndex)
+			w.active.mu.Unlock()
+		}
+		w.cacheWritten()
+		w.l.written.advance(w.next)
+	}
+	for _, c := range w.group {
+		if c.dur == AfterFlush {
+			w.complete(c, nil)
+		} else {
+			w.fsyncWaiters = append(w.fsyncWaiters, c)
+		}
+	}
+	w.resetStaging()
+}
+
+func (w *writer) resetStaging() {
+	w.buf = w.buf[:0]
+	w.starts = w.starts[:0]
+	w.pendIndex = w.pendIndex[:0]
+	clear(w.group)
+	w.group = w.group[:0]
+}
+
+// cacheWritten puts the records just written into the tail cache, sharing
+// one copy of the buffer.
+func (w *writer) cacheWritten() {
+	if w.l.cache == nil {
+		return
+	}
+	cp := bytes.Clone(w.buf)
+	first := w.next - uint64(len(w.starts))
+	for i, start := range w.starts {
+		end := len(cp)
+		if i+1 < len(w.starts) {
+			end = w.starts[i+1]
+		}
+		w.l.cache.Set(first+uint64(i), cp[start:end:end], int64(end-start))
+	}
+}
+
+// complete signals one append, exactly once.
+func (w *writer) complete(c *Completion, err error) {
+	c.err = err
+	w.wakeSeq++
+	c.wakeSeq = w.wakeSeq
+	w.st.Wakeups++
+	if err == nil && !c.syncReq {
+		w.st.Appends++
+	}
+	close(c.done)
+}
+
+// afterWrite starts the sync the waiters or the byte bound need, or arms the
+// background timer.
+func (w *writer) afterWrite() {
+	if w.latched || w.syncInFlight {
+		return
+	}
+	switch {
+	case len(w.fsyncWaiters) > 0:
+		w.startSync(false)
+	case w.threshold > 0 && w.writtenBytes-w.durableBytes >= w.threshold:
+		w.startSync(true)
+	default:
+		w.armTimer()
+	}
+}
+
+func (w *writer) armTimer() {
+	if w.latched || w.interval <= 0 || w.timerArmed || w.syncInFlight || w.next == w.l.durable.load() {
+		return
+	}
+	due := time.Until(w.lastSyncAt.Add(w.interval))
+	if due <= 0 {
+		w.startSync(true)
+		return
+	}
+	w.timer.Reset(due)
+	w.timerArmed = true
+}
+
+func (w *writer) backgroundTick() {
+	if w.latched || w.syncInFlight || w.next == w.l.durable.load() {
+		return
+	}
+	w.startSync(true)
+}
+
+// startSync submits one sync of everything written; at most one is in flight.
+func (w *writer) startSync(background bool) {
+	w.syncInFlight = true
+	w.lastSyncAt = time.Now()
+	w.l.syncReq <- syncJob{
+		file:        w.active.file,
+		dir:         w.dirGen > w.dirSynced,
+		dirGen:      w.dirGen,
+		target:      w.next,
+		targetBytes: w.writtenBytes,
+		background:  background,
+	}
+}
+
+// syncFinished applies a sync result; next says whether it may start the
+// next sync or arm the timer.
+func (w *writer) syncFinished(r syncResult, next bool) {
+	w.syncInFlight = false
+	if w.latched {
+		return // a result of a sync started before the latch
+	}
+	if r.err != nil {
+		w.latch(&StorageError{Op: "sync", Err: r.err})
+		return
+	}
+	w.applySync(r.job, r.took)
+	if next {
+		w.afterWrite()
+	}
+}
+
+// applySync publishes a successful sync: the durable frontier moves to the
+// job's target and the appends it covers complete, lowest offset first.
+func (w *writer) applySync(job syncJob, took time.Duration) {
+	if job.dir && job.dirGen > w.dirSynced {
+		w.dirSynced = job.dirGen
+	}
+	w.durableBytes = job.targetBytes
+	w.st.Syncs++
+	if job.background {
+		w.st.BackgroundSyncs++
+	}
+	w.st.LastSync = time.Now()
+	w.st.LastSyncDuration = took
+	if job.target == w.next {
+		w.st.OldestUnsynced = time.Time{}
+	} else {
+		w.st.OldestUnsynced = w.afterJobWrite
+	}
+	w.afterJobWrite = time.Time{}
+	w.l.durable.advance(job.target)
+	n := 0
+	for n < len(w.fsyncWaiters) && w.fsyncWaiters[n].res.Next <= job.target {
+		if !w.fsyncWaiters[n].syncReq {
+			w.st.SyncedAppends++
+		}
+		w.complete(w.fsyncWaiters[n], nil)
+		n++
+	}
+	clear(w.fsyncWaiters[:n])
+	w.fsyncWaiters = append(w.fsyncWaiters[:0], w.fsyncWaiters[n:]...)
+}
+
+// waitSync waits for the sync in flight, if any, and applies its result.
+func (w *writer) waitSync() {
+	if w.syncInFlight {
+		w.syncFinished(<-w.l.syncDone, false)
+	}
+}
+
+// syncInline syncs the active segment (and the directory if owed) on the
+// writer goroutine: used by rollover, seal and close, never by appends.
+func (w *writer) syncInline() {
+	w.waitSync()
+	if w.latched || (w.next == w.l.durable.load() && w.dirGen == w.dirSynced) {
+		return
+	}
+	job := syncJob{file: w.active.file, dir: w.dirGen > w.dirSynced, dirGen: w.dirGen,
+		target: w.next, targetBytes: w.writtenBytes}
+	w.lastSyncAt = time.Now()
+	start := time.Now()
+	err := w.active.file.SyncData()
+	if err == nil && job.dir {
+		err = w.l.dirFile.Sync()
+	}
+	if err != nil {
+		w.latch(&StorageError{Op: "sync", Err: err})
+		return
+	}
+	w.applySync(job, time.Since(start))
+}
+
+// roll seals the active segment (syncing only it, inline) and starts a new
+// one at the next offset. Its header and directory entry sync with the next
+// sync.
+func (w *writer) roll() {
+	w.syncInline()
+	if w.latched {
+		return
+	}
+	old := w.active
+	old.mu.Lock()
+	old.end = w.next
+	old.indexed = true
+	old.mu.Unlock()
+	seg, err := w.l.createSegment(w.next)
+	if err != nil {
+		w.latch(err)
+		return
+	}
+	w.l.segMu.Lock()
+	w.l.segs = append(w.l.segs, seg)
+	w.l.segMu.Unlock()
+	w.setActive(seg, segmentHeaderSize)
+	w.dirGen++
+}
+
+func (w *writer) setActive(seg *segment, pos int64) {
+	w.active = seg
+	w.pos = pos
+	w.lastIndexPos = -1 << 62
+	seg.mu.Lock()
+	if n := len(seg.index); n > 0 {
+		w.lastIndexPos = seg.index[n-1].pos
+	}
+	seg.mu.Unlock()
+}
+
+// latch records a storage failure: every pending and later append fails,
+// the written frontier falls back to the durable end, and a cut marker makes
+// the next open cut the log to its last successful sync.
+func (w *writer) latch(cause error) {
+	if w.latched {
+		return
+	}
+	w.latched = true
+	w.latchErr = fmt.Errorf("%w: %w", ErrLatched, cause)
+	durable := w.l.durable.load()
+	w.l.written.fallBack(durable, w.latchErr)
+	w.l.durable.fail(w.latchErr)
+	w.next = durable
+	for _, c := range w.fsyncWaiters {
+		w.complete(c, w.latchErr)
+	}
+	clear(w.fsyncWaiters)
+	w.fsyncWaiters = w.fsyncWaiters[:0]
+	w.st.Latched = true
+	w.st.LastError = cause
+	w.st.OldestUnsynced = time.Time{}
+	w.l.opts.Logger.Error("wal: log latched; the next open cuts it to its last successful sync",
+		"dir", w.l.dir, "durable_next", durable, "err", cause)
+	if err := writeCutMarker(w.l.fs, w.l.dirFile, w.l.dir, durable); err != nil {
+		w.l.opts.Logger.Error("wal: cannot write the cut marker", "dir", w.l.dir, "err", err)
+	}
+}
+
+func (w *writer) handleControl(m control) error {
+	switch m.kind {
+	case ctlSeal:
+		if w.latched {
+			return w.latchErr
+		}
+		if m.epoch <= w.l.epoch.Load() {
+			return fmt.Errorf("wal: seal at epoch %d, current %d: %w", m.epoch, w.l.epoch.Load(), ErrEpochNotAdvanced)
+		}
+		w.syncInline()
+		if w.latched {
+			return w.latchErr
+		}
+		if err := writeEpoch(w.l.fs, w.l.dirFile, w.l.dir, m.epoch); err != nil {
+			return err
+		}
+		w.l.epoch.Store(m.epoch)
+		w.afterWrite()
+		return nil
+	case ctlSettings:
+		if m.interval != 0 {
+			w.interval = m.interval
+		}
+		if m.threshold != 0 {
+			w.threshold = m.threshold
+		}
+		if w.timerArmed {
+			w.timer.Stop()
+			w.timerArmed = false
+		}
+		w.afterWrite()
+		return nil
+	}
+	return fmt.Errorf("wal: unknown control %d", m.kind)
+}
+
+// shutdown syncs everything written and stops the syncer.
+func (w *writer) shutdown() error {
+	var err error
+	w.syncInline()
+	w.waitSync()
+	if w.latched {
+		err = w.latchErr
+	}
+	for _, c := range w.fsyncWaiters {
+		w.complete(c, ErrClosed)
+	}
+	w.fsyncWaiters = nil
+	w.timer.Stop()
+	close(w.l.syncReq)
+	w.l.written.fail(ErrClosed)
+	w.l.durable.fail(ErrClosed)
+	w.publishStatus()
+	return err
+}
+
+func (w *writer) publishStatus() {
+	w.st.SyncPending = w.syncInFlight || w.timerArmed
+	w.st.BackgroundSyncInterval = w.interval
+	w.st.SyncBytesThreshold = w.threshold
+	w.st.DurableLagBytes = w.writtenBytes - w.durableBytes
+	w.l.updateStatus(func(s *Status) { *s = w.st })
+}
+
+// runSyncer performs sync jobs one at a time, off the writer goroutine, so
+// writes go on while a sync is in flight.
+func (l *Log) runSyncer() {
+	for job := range l.syncReq {
+		start := time.Now()
+		err := job.file.SyncData()
+		if err == nil && job.dir {
+			if derr := l.dirFile.Sync(); derr != nil {
+				err = fmt.Errorf("sync directory: %w", derr)
+			}
+		}
+		l.syncDone <- syncResult{job: job, err: err, took: time.Since(start)}
+	}
+}
