@@ -99,12 +99,13 @@ func (l *Log) readSegment(offset, limit uint64, budget int) ([]Record, error) {
 		if err != nil && !errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("wal: read segment %d at %d: %w", seg.base, pos, err)
 		}
+		full := n == want
 		buf = buf[:n]
 		var out []Record
 		at, o := 0, offset
 		for o < limit && at < len(buf) {
 			rec, used, status, reason := decodeRecord(buf[at:], o, l.opts.MaxRecordSize)
-			if status == decodeShort && n == want {
+			if status == decodeShort && full {
 				break // continues past this read
 			}
 			if status != decodeOK {
@@ -123,10 +124,10 @@ func (l *Log) readSegment(offset, limit uint64, budget int) ([]Record, error) {
 		if len(out) > 0 || o >= limit {
 			return out, nil
 		}
-		want = recordHeaderSize + l.opts.MaxRecordSize // one record larger than the read
-		if n < len(buf) || want <= len(buf) {
+		if !full || want >= recordHeaderSize+l.opts.MaxRecordSize {
 			return nil, &CorruptionError{Segment: seg.base, Pos: pos, Offset: offset, Reason: "torn record"}
 		}
+		want = recordHeaderSize + l.opts.MaxRecordSize // one record larger than the read
 	}
 }
 
@@ -188,7 +189,7 @@ func (l *Log) locate(seg *segment, offset uint64) (int64, error) {
 				return pos + int64(at), nil
 			}
 			_, used, status, reason := decodeRecord(buf[at:n], o, l.opts.MaxRecordSize)
-			if status == decodeShort && n == len(buf) && at > 0 {
+			if status == decodeShort && n == len(buf) {
 				break
 			}
 			if status != decodeOK {

@@ -1,0 +1,98 @@
+// Package wal is the segment log under every queue partition: an
+// append-only sequence of checksummed records in segment files, with two
+// frontiers that say honestly how far the records got.
+//
+//   - written (WrittenNext): handed to the kernel with write(). Survives a
+//     process crash, not a power loss.
+//   - durable (DurableNext): covered by a completed fdatasync. Never above
+//     written.
+//
+// Records still in the writer's staging buffer are never exposed as a
+// completion point. An append names a Durability: AfterFlush completes at
+// written, AfterFsync at durable.
+//
+// # Invariants
+//
+//   - One writer goroutine owns the active segment. Appenders hand it
+//     batches over a channel; it writes every batch waiting with one write()
+//     (group write) and hands syncs to a syncer goroutine, at most one in
+//     flight, so writes go on while a sync runs (group commit).
+//   - A completed write or sync wakes exactly the appends it completes, in
+//     offset order. Watchers of a frontier (WaitWritten, WaitDurable) sit in
+//     a heap by target; an advance pops only those it satisfies.
+//   - Background sync: when written > durable and the interval has passed
+//     since the last sync started, one sync is submitted; idle logs arm no
+//     timer. Once SyncBytesThreshold bytes are unsynced a sync starts at
+//     once, and past twice that appends wait for it.
+//   - A failed write or sync latches the log: pending and later appends fail
+//     with ErrLatched, the written frontier falls back to the durable end,
+//     and latched-cut.pending records that end so the next Open cuts the
+//     log there before anything reads it. A failed sync is never retried.
+//   - Records never cross segments. Rollover syncs the outgoing segment
+//     inline; the new segment's header and directory entry are synced by the
+//     next sync before any record in it counts as durable.
+//   - Retention (AdvanceHead) never passes the durable frontier and removes
+//     only whole segments below the head, off the writer goroutine.
+//
+// # On-disk format
+//
+// A log is a directory:
+//
+//	LOCK                       flock held while the log is open
+//	00000000000000000000.seg   segment, named by the offset of its first record
+//	00000000000000004096.seg   ...the last one is the active segment
+//	EPOCH                      epoch of the last Seal (absent until one)
+//	latched-cut.pending        present only after a latch: the offset to cut to
+//
+// A segment starts with a 32-byte header and holds records back to back:
+//
+//	+--------+--------+---------+------+------+-------+
+//	| "FIBRLOG1" | base u64 | version u32 | 0 u32 | 0 u32 | crc u32 |   header
+//	+--------+--------+---------+------+------+-------+
+//	| len u32 | crc u32 | offset u64 | type u8 | payload (len bytes) |   record
+//	| len u32 | crc u32 | offset u64 | type u8 | payload ...         |   record
+//	| 00 00 00 00 ...  zeros (preallocated space) or end of file     |
+//
+// All integers are little endian. A record's crc is CRC32C over its length,
+// offset, type and payload. Type 0 is invalid, so zero-filled space (a
+// preallocated segment, or the zeros ext4 leaves after a power cut) reads as
+// the end of the records. EPOCH and latched-cut.pending hold a u64 and its
+// CRC32C, and are replaced atomically (temporary file, sync, rename,
+// directory sync).
+//
+// Segments are preallocated with fallocate. PreallocExtend (the default,
+// measured faster: see docs/performance.md) sets the file size to the
+// segment size up front, so an fdatasync has no size change to write;
+// PreallocKeepSize reserves blocks without changing the size.
+//
+// # Recovery
+//
+// Open carries out these steps, in order, before anything can read the log
+// (recover.go; each step has a test):
+//
+//  1. Create the directory if needed and take its LOCK.
+//  2. List the segment files and sort them by base offset; remove leftover
+//     temporary files; read EPOCH.
+//  3. If latched-cut.pending exists, remove every segment that starts past
+//     its offset and sync the directory; step 5 stops at that offset.
+//  4. Open the sealed segments (all but the last) and check their headers. A
+//     bad header marks that segment corrupt (RecoveryReport.Corrupt); reads
+//     in its range fail with its *CorruptionError. Sealed segments are
+//     otherwise indexed on first read, not scanned at open, so start-up is
+//     bounded by the size of one segment.
+//  5. Scan the active segment from its header with large preads, checking
+//     every record's checksum, offset and type, and build its sparse index.
+//     A missing or all-zero header (created, never synced) gets a fresh one.
+//     The scan stops at a zero header (the clean end), at the cut offset, or
+//     at the first bad record (a torn tail or corruption), which
+//     RecoveryReport.Stop names by segment, byte position and offset.
+//  6. Cut everything after the last valid record: truncate the file there
+//     and preallocate again (or, where the file cannot be truncated, write
+//     zeros over the rest), so no stale record can ever be read back as a
+//     new one.
+//  7. fdatasync the active segment and the directory, so records a process
+//     crash left in the page cache are durable before they are published;
+//     then remove latched-cut.pending and sync the directory again.
+//  8. Publish WrittenNext = DurableNext = the end of the valid records, and
+//     the head at the first segment's base; start the writer and syncer.
+package wal
