@@ -1,0 +1,38 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestRunDispatch(t *testing.T) {
+	tests := []struct {
+		args       []string
+		code       int
+		wantStdout string
+		wantStderr string
+	}{
+		{args: []string{"--version"}, code: 0, wantStdout: "fibril dev"},
+		{args: []string{"--help"}, code: 0, wantStdout: "log bench"},
+		{args: nil, code: 2, wantStderr: "Usage: fibril"},
+		{args: []string{"nope"}, code: 2, wantStderr: `unknown command "nope"`},
+		{args: []string{"log"}, code: 2, wantStderr: "Usage: fibril"},
+		{args: []string{"log", "bench", "--help"}, code: 0, wantStdout: "Usage: fibril log bench"},
+		{args: []string{"log", "bench", "--batch", "x"}, code: 2, wantStderr: "--batch"},
+	}
+	for _, tt := range tests {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), tt.args, &stdout, &stderr)
+		if code != tt.code {
+			t.Errorf("run(%q) = %d, want %d; stderr: %s", tt.args, code, tt.code, stderr.String())
+		}
+		if !strings.Contains(stdout.String(), tt.wantStdout) {
+			t.Errorf("run(%q) stdout %q lacks %q", tt.args, stdout.String(), tt.wantStdout)
+		}
+		if !strings.Contains(stderr.String(), tt.wantStderr) {
+			t.Errorf("run(%q) stderr %q lacks %q", tt.args, stderr.String(), tt.wantStderr)
+		}
+	}
+}
