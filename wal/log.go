@@ -112,12 +112,19 @@ func failedCompletion(err error) *Completion {
 // Append writes entries as consecutive records and blocks until they reach
 // the boundary d names.
 func (l *Log) Append(ctx context.Context, entries []Entry, d Durability) (AppendResult, error) {
-	return l.AppendAsync(entries, d).Wait(ctx)
+	return l.appendAsync(ctx, entries, d).Wait(ctx)
 }
 
-// AppendAsync hands entries to the writer and returns at once. The entries'
-// payloads must not change until the completion is done.
+// AppendAsync hands entries to the writer and returns at once, unless the
+// byte bound holds appends, when it waits for the writer to take them. The
+// entries' payloads must not change until the completion is done.
 func (l *Log) AppendAsync(entries []Entry, d Durability) *Completion {
+	return l.appendAsync(context.Background(), entries, d)
+}
+
+// appendAsync is AppendAsync giving up with ctx's error if ctx ends before
+// the writer takes the entries.
+func (l *Log) appendAsync(ctx context.Context, entries []Entry, d Durability) *Completion {
 	size, err := l.checkBatch(entries, d)
 	if err != nil {
 		return failedCompletion(err)
@@ -128,6 +135,8 @@ func (l *Log) AppendAsync(entries []Entry, d Durability) *Completion {
 		return c
 	case <-l.closing:
 		return failedCompletion(ErrClosed)
+	case <-ctx.Done():
+		return failedCompletion(ctx.Err())
 	}
 }
 
@@ -182,6 +191,8 @@ func (l *Log) Sync(ctx context.Context) error {
 	case l.appendCh <- c:
 	case <-l.closing:
 		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	_, err := c.Wait(ctx)
 	return err

@@ -50,8 +50,8 @@ func Open(dir string, opts Options) (*Log, error) {
 	start := time.Now()
 	fs := opts.FS
 	// Step 1: the directory and its lock.
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("wal: create %s: %w", dir, err)
+	if err := mkdirAllSynced(fs, dir); err != nil {
+		return nil, err
 	}
 	lock, err := fs.Lock(fs.PathJoin(dir, lockName))
 	if err != nil {
@@ -105,6 +105,38 @@ func Open(dir string, opts Options) (*Log, error) {
 	go l.runSyncer()
 	go w.run()
 	return l, nil
+}
+
+// mkdirAllSynced creates dir and its missing parents and syncs the parent
+// of each directory it created, so that a power loss cannot take the new
+// directory, and the synced records in it, away.
+func mkdirAllSynced(fs vfs.FS, dir string) error {
+	var parents []string
+	for d := dir; fs.PathDir(d) != d; d = fs.PathDir(d) {
+		if _, err := fs.Stat(d); err == nil {
+			break
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("wal: stat %s: %w", d, err)
+		}
+		parents = append(parents, fs.PathDir(d))
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("wal: create %s: %w", dir, err)
+	}
+	for _, p := range parents {
+		f, err := fs.OpenDir(p)
+		if err != nil {
+			return fmt.Errorf("wal: open directory %s: %w", p, err)
+		}
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("wal: sync directory %s: %w", p, err)
+		}
+	}
+	return nil
 }
 
 // recover runs steps 2 to 8 and returns the active segment and its write

@@ -117,6 +117,7 @@ func (w *writer) holdAppends() bool {
 		if !w.syncInFlight {
 			w.startSync(true)
 		}
+		w.publishStatus() // the writer may now wait on the sync alone
 	}
 	w.holding = hold
 	return hold
@@ -434,6 +435,17 @@ func (w *writer) latch(cause error) {
 	w.latched = true
 	w.latchErr = fmt.Errorf("%w: %w", ErrLatched, cause)
 	durable := w.l.durable.load()
+	w.l.opts.Logger.Error("wal: log latched; the next open cuts it to its last successful sync",
+		"dir", w.l.dir, "durable_next", durable, "err", cause)
+	// The marker and the status come before any wake-up: whoever sees the
+	// latch error finds the cut persisted and the status latched.
+	if err := writeCutMarker(w.l.fs, w.l.dirFile, w.l.dir, durable); err != nil {
+		w.l.opts.Logger.Error("wal: cannot write the cut marker", "dir", w.l.dir, "err", err)
+	}
+	w.st.Latched = true
+	w.st.LastError = cause
+	w.st.OldestUnsynced = time.Time{}
+	w.publishStatus()
 	w.l.written.fallBack(durable, w.latchErr)
 	w.l.durable.fail(w.latchErr)
 	w.next = durable
@@ -442,14 +454,6 @@ func (w *writer) latch(cause error) {
 	}
 	clear(w.fsyncWaiters)
 	w.fsyncWaiters = w.fsyncWaiters[:0]
-	w.st.Latched = true
-	w.st.LastError = cause
-	w.st.OldestUnsynced = time.Time{}
-	w.l.opts.Logger.Error("wal: log latched; the next open cuts it to its last successful sync",
-		"dir", w.l.dir, "durable_next", durable, "err", cause)
-	if err := writeCutMarker(w.l.fs, w.l.dirFile, w.l.dir, durable); err != nil {
-		w.l.opts.Logger.Error("wal: cannot write the cut marker", "dir", w.l.dir, "err", err)
-	}
 }
 
 func (w *writer) handleControl(m control) error {
