@@ -1,0 +1,167 @@
+package wire
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// Field limits that follow from the encoding.
+const (
+	MaxStringLen = math.MaxUint16 // bytes in a string field
+	MaxHeaders   = math.MaxUint16 // headers in a headers field
+	// lengthSize is the u32 length that starts every frame.
+	lengthSize = 4
+)
+
+// frameSpec is one row of the decoder table.
+type frameSpec struct {
+	name    string
+	minBody int  // the body of the zero-valued frame
+	fixed   bool // every body is exactly minBody bytes
+	decode  func(d decoder) (Frame, error)
+}
+
+// specs is the decoder table, indexed by frame type. An empty row is an
+// unknown type.
+var specs = [256]frameSpec{
+	TypeHello:        {"Hello", 2 + 2 + 2, false, decodeHello},
+	TypeHelloOK:      {"HelloOK", 2 + 2 + 8 + 4 + 4, false, decodeHelloOK},
+	TypeError:        {"Error", 8 + 2 + 2, false, decodeError},
+	TypeHeartbeat:    {"Heartbeat", 0, true, decodeHeartbeat},
+	TypeGoodbye:      {"Goodbye", 2, false, decodeGoodbye},
+	TypeDeclare:      {"Declare", 8 + 2 + 1 + 2 + 2 + 4 + 4 + 8 + 8 + 1 + 4, false, decodeDeclare},
+	TypeDeclared:     {"Declared", 8 + 2 + 1 + 2 + 1 + 2, false, decodeDeclared},
+	TypePublish:      {"Publish", 8 + 2 + 2 + 2 + 2 + 4, false, decodePublish},
+	TypeConfirm:      {"Confirm", 8 + 2 + 8 + 1, true, decodeConfirm},
+	TypeSubscribe:    {"Subscribe", 8 + 4 + 2 + 4, false, decodeSubscribe},
+	TypeSubscribed:   {"Subscribed", 8 + 4 + 2, true, decodeSubscribed},
+	TypeUnsubscribe:  {"Unsubscribe", 8 + 4, true, decodeUnsubscribe},
+	TypeUnsubscribed: {"Unsubscribed", 8 + 4, true, decodeUnsubscribed},
+	TypeCredit:       {"Credit", 4 + 4, true, decodeCredit},
+	TypeDeliver:      {"Deliver", 4 + 8 + 2 + 8 + 4 + 2 + 2 + 4, false, decodeDeliver},
+	TypeAck:          {"Ack", 4 + 4, false, decodeAck},
+	TypeNack:         {"Nack", 4 + 4 + 1, false, decodeNack},
+	TypeSettleError:  {"SettleError", 4 + 8 + 2 + 2, false, decodeSettleError},
+}
+
+// checkBodyLen rejects a body length the frame type can never have, before
+// the body is read.
+func checkBodyLen(t FrameType, n int) error {
+	s := &specs[t]
+	if s.decode == nil {
+		return &FrameError{Type: t, Offset: -1, Reason: fmt.Sprintf("not a frame type of protocol version %d", Version), Err: ErrUnknownFrame}
+	}
+	if n < s.minBody {
+		return malformed(t, "", -1, fmt.Sprintf("body of %d bytes is below the minimum of %d", n, s.minBody))
+	}
+	if s.fixed && n != s.minBody {
+		return malformed(t, "", -1, fmt.Sprintf("body of %d bytes, want exactly %d", n, s.minBody))
+	}
+	return nil
+}
+
+// Decode decodes the body of a frame of type t. The frame copies what it
+// keeps, so body may be reused after the call.
+func Decode(t FrameType, body []byte) (Frame, error) { return decode(t, body, false) }
+
+// decode decodes a body; with alias set, byte-slice fields point into body
+// instead of copying it.
+func decode(t FrameType, body []byte, alias bool) (Frame, error) {
+	if err := checkBodyLen(t, len(body)); err != nil {
+		return nil, err
+	}
+	f, err := specs[t].decode(decoder{typ: t, body: body, alias: alias})
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// AppendFrame validates f and appends it, length and type included, to dst.
+// It refuses a frame longer than MaxFrameLimit; a Writer also applies the
+// peer's limit.
+func AppendFrame(dst []byte, f Frame) ([]byte, error) {
+	return appendFrame(dst, f, MaxFrameLimit)
+}
+
+func appendFrame(dst []byte, f Frame, maxFrame int) ([]byte, error) {
+	if err := f.Validate(); err != nil {
+		return dst, err
+	}
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, byte(f.Type()))
+	dst = f.AppendBody(dst)
+	n := len(dst) - start - lengthSize
+	if n > maxFrame {
+		return dst[:start], &FrameError{Type: f.Type(), Offset: -1, Err: ErrFrameTooLarge,
+			Reason: fmt.Sprintf("length %d exceeds the limit of %d", n, maxFrame)}
+	}
+	binary.BigEndian.PutUint32(dst[start:], uint32(n))
+	return dst, nil
+}
+
+// Encoding. AppendBody never fails: on a frame that does not Validate it
+// truncates over-long fields so the output stays a well-formed frame, and
+// the peer sees the truncated value. Writers validate first.
+
+func appendU8(b []byte, v uint8) []byte   { return append(b, v) }
+func appendU16(b []byte, v uint16) []byte { return binary.BigEndian.AppendUint16(b, v) }
+func appendU32(b []byte, v uint32) []byte { return binary.BigEndian.AppendUint32(b, v) }
+func appendU64(b []byte, v uint64) []byte { return binary.BigEndian.AppendUint64(b, v) }
+
+func appendBool(b []byte, v bool) []byte {
+	if v {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+func appendString(b []byte, s string) []byte {
+	s = s[:min(len(s), MaxStringLen)]
+	b = appendU16(b, uint16(len(s)))
+	return append(b, s...)
+}
+
+func appendBytes(b []byte, p []byte) []byte {
+	p = p[:min(uint64(len(p)), math.MaxUint32)]
+	b = appendU32(b, uint32(len(p)))
+	return append(b, p...)
+}
+
+func appendHeaders(b []byte, hs []Header) []byte {
+	hs = hs[:min(len(hs), MaxHeaders)]
+	b = appendU16(b, uint16(len(hs)))
+	for _, h := range hs {
+		b = appendString(b, h.Key)
+		b = appendString(b, h.Value)
+	}
+	return b
+}
+
+func appendTags(b []byte, tags []uint64) []byte {
+	tags = tags[:min(uint64(len(tags)), math.MaxUint32)]
+	b = appendU32(b, uint32(len(tags)))
+	for _, t := range tags {
+		b = appendU64(b, t)
+	}
+	return b
+}
+
+// headersLen is the encoded size of a headers field.
+func headersLen(hs []Header) int {
+	n := 2
+	for _, h := range hs {
+		n += 2 + len(h.Key) + 2 + len(h.Value)
+	}
+	return n
+}
+
+// DeliverLen is the frame length (type byte and body) of the Deliver that
+// would carry p's message. A server refuses with CodeTooLarge a publish
+// whose DeliverLen exceeds the MaxFrame it announced, so that it never has
+// to send a frame larger than that.
+func DeliverLen(p *Publish) int {
+	// minBody counts the empty headers field, headersLen the whole one.
+	return 1 + specs[TypeDeliver].minBody - 2 + len(p.MessageID) + headersLen(p.Headers) + len(p.Body)
+}

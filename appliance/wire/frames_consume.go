@@ -1,0 +1,246 @@
+package wire
+
+import "fmt"
+
+// Subscribe starts deliveries from a queue under a SubID the client picks.
+// The server keeps at most Prefetch deliveries (plus any Credit granted)
+// unsettled on the subscription.
+type Subscribe struct {
+	Corr     uint64
+	SubID    uint32
+	Queue    string
+	Prefetch uint32
+}
+
+func (*Subscribe) Type() FrameType { return TypeSubscribe }
+
+func (f *Subscribe) AppendBody(b []byte) []byte {
+	b = appendU64(b, f.Corr)
+	b = appendU32(b, f.SubID)
+	b = appendString(b, f.Queue)
+	return appendU32(b, f.Prefetch)
+}
+
+func (f *Subscribe) Validate() error {
+	v := validator{typ: TypeSubscribe}
+	v.text("Queue", f.Queue)
+	return v.result()
+}
+
+func decodeSubscribe(d decoder) (Frame, error) {
+	f := &Subscribe{Corr: d.u64("Corr"), SubID: d.u32("SubID"), Queue: d.text("Queue"), Prefetch: d.u32("Prefetch")}
+	return f, d.finish()
+}
+
+// Subscribed answers a Subscribe; deliveries for SubID come only after it.
+type Subscribed struct {
+	Corr       uint64
+	SubID      uint32
+	Partitions uint16 // partitions the subscription reads
+}
+
+func (*Subscribed) Type() FrameType { return TypeSubscribed }
+
+func (f *Subscribed) AppendBody(b []byte) []byte {
+	b = appendU64(b, f.Corr)
+	b = appendU32(b, f.SubID)
+	return appendU16(b, f.Partitions)
+}
+
+func (*Subscribed) Validate() error { return nil }
+
+func decodeSubscribed(d decoder) (Frame, error) {
+	f := &Subscribed{Corr: d.u64("Corr"), SubID: d.u32("SubID"), Partitions: d.u16("Partitions")}
+	return f, d.finish()
+}
+
+// Unsubscribe ends a subscription. Its unsettled deliveries are released
+// for redelivery; settles sent before the Unsubscribe are applied first.
+type Unsubscribe struct {
+	Corr  uint64
+	SubID uint32
+}
+
+func (*Unsubscribe) Type() FrameType { return TypeUnsubscribe }
+
+func (f *Unsubscribe) AppendBody(b []byte) []byte {
+	b = appendU64(b, f.Corr)
+	return appendU32(b, f.SubID)
+}
+
+func (*Unsubscribe) Validate() error { return nil }
+
+func decodeUnsubscribe(d decoder) (Frame, error) {
+	f := &Unsubscribe{Corr: d.u64("Corr"), SubID: d.u32("SubID")}
+	return f, d.finish()
+}
+
+// Unsubscribed answers an Unsubscribe: no Deliver for SubID follows it, and
+// the SubID may be used again.
+type Unsubscribed struct {
+	Corr  uint64
+	SubID uint32
+}
+
+func (*Unsubscribed) Type() FrameType { return TypeUnsubscribed }
+
+func (f *Unsubscribed) AppendBody(b []byte) []byte {
+	b = appendU64(b, f.Corr)
+	return appendU32(b, f.SubID)
+}
+
+func (*Unsubscribed) Validate() error { return nil }
+
+func decodeUnsubscribed(d decoder) (Frame, error) {
+	f := &Unsubscribed{Corr: d.u64("Corr"), SubID: d.u32("SubID")}
+	return f, d.finish()
+}
+
+// Credit raises a subscription's window of unsettled deliveries by Credit.
+type Credit struct {
+	SubID  uint32
+	Credit uint32
+}
+
+func (*Credit) Type() FrameType { return TypeCredit }
+
+func (f *Credit) AppendBody(b []byte) []byte {
+	b = appendU32(b, f.SubID)
+	return appendU32(b, f.Credit)
+}
+
+func (*Credit) Validate() error { return nil }
+
+func decodeCredit(d decoder) (Frame, error) {
+	f := &Credit{SubID: d.u32("SubID"), Credit: d.u32("Credit")}
+	return f, d.finish()
+}
+
+// Deliver hands one message to a subscription under a delivery tag.
+type Deliver struct {
+	SubID      uint32
+	Tag        uint64 // never 0; settles this delivery, on this subscription and connection only
+	Partition  uint16
+	Offset     uint64
+	Deliveries uint32 // 1 on the first delivery
+	MessageID  string // opaque
+	Headers    []Header
+	Body       []byte
+}
+
+func (*Deliver) Type() FrameType { return TypeDeliver }
+
+func (f *Deliver) AppendBody(b []byte) []byte {
+	b = appendU32(b, f.SubID)
+	b = appendU64(b, f.Tag)
+	b = appendU16(b, f.Partition)
+	b = appendU64(b, f.Offset)
+	b = appendU32(b, f.Deliveries)
+	b = appendString(b, f.MessageID)
+	b = appendHeaders(b, f.Headers)
+	return appendBytes(b, f.Body)
+}
+
+func (f *Deliver) Validate() error {
+	v := validator{typ: TypeDeliver}
+	v.opaque("MessageID", f.MessageID)
+	v.headers(f.Headers)
+	v.bytes("Body", f.Body)
+	return v.result()
+}
+
+func decodeDeliver(d decoder) (Frame, error) {
+	f := &Deliver{
+		SubID:      d.u32("SubID"),
+		Tag:        d.u64("Tag"),
+		Partition:  d.u16("Partition"),
+		Offset:     d.u64("Offset"),
+		Deliveries: d.u32("Deliveries"),
+		MessageID:  d.opaque("MessageID"),
+		Headers:    d.headers(),
+		Body:       d.bytes("Body"),
+	}
+	return f, d.finish()
+}
+
+// Ack settles deliveries as done. Fire and forget: only a tag that cannot
+// be settled gets an answer, a SettleError.
+type Ack struct {
+	SubID uint32
+	Tags  []uint64
+}
+
+func (*Ack) Type() FrameType { return TypeAck }
+
+func (f *Ack) AppendBody(b []byte) []byte {
+	b = appendU32(b, f.SubID)
+	return appendTags(b, f.Tags)
+}
+
+func (f *Ack) Validate() error {
+	v := validator{typ: TypeAck}
+	v.tags("Tags", f.Tags)
+	return v.result()
+}
+
+func decodeAck(d decoder) (Frame, error) {
+	f := &Ack{SubID: d.u32("SubID"), Tags: d.tags("Tags")}
+	return f, d.finish()
+}
+
+// Nack settles deliveries as not done: Requeue releases them for
+// redelivery; otherwise they are discarded (to the dead-letter queue if
+// one is declared). Fire and forget, like Ack.
+type Nack struct {
+	SubID   uint32
+	Tags    []uint64
+	Requeue bool
+}
+
+func (*Nack) Type() FrameType { return TypeNack }
+
+func (f *Nack) AppendBody(b []byte) []byte {
+	b = appendU32(b, f.SubID)
+	b = appendTags(b, f.Tags)
+	return appendBool(b, f.Requeue)
+}
+
+func (f *Nack) Validate() error {
+	v := validator{typ: TypeNack}
+	v.tags("Tags", f.Tags)
+	return v.result()
+}
+
+func decodeNack(d decoder) (Frame, error) {
+	f := &Nack{SubID: d.u32("SubID"), Tags: d.tags("Tags"), Requeue: d.bool("Requeue")}
+	return f, d.finish()
+}
+
+// SettleError says one tag of an Ack or Nack could not be settled.
+type SettleError struct {
+	SubID   uint32
+	Tag     uint64
+	Code    ErrorCode
+	Message string
+}
+
+func (*SettleError) Type() FrameType { return TypeSettleError }
+
+func (f *SettleError) AppendBody(b []byte) []byte {
+	b = appendU32(b, f.SubID)
+	b = appendU64(b, f.Tag)
+	b = appendU16(b, uint16(f.Code))
+	return appendString(b, f.Message)
+}
+
+func (f *SettleError) Validate() error {
+	v := validator{typ: TypeSettleError}
+	v.check("Code", f.Code.Valid(), fmt.Sprintf("error code %d is not defined", uint16(f.Code)))
+	v.text("Message", f.Message)
+	return v.result()
+}
+
+func decodeSettleError(d decoder) (Frame, error) {
+	f := &SettleError{SubID: d.u32("SubID"), Tag: d.u64("Tag"), Code: d.code("Code"), Message: d.text("Message")}
+	return f, d.finish()
+}

@@ -1,0 +1,231 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestRoundTripEveryFrame(t *testing.T) {
+	covered := map[FrameType]bool{}
+	for _, f := range sampleFrames() {
+		covered[f.Type()] = true
+		t.Run(f.Type().String(), func(t *testing.T) {
+			if f.Type() == TypeDeclared && f.(*Declared).Durability == 0 {
+				t.Skip("not valid")
+			}
+			// Through Decode.
+			body := f.AppendBody(nil)
+			got, err := Decode(f.Type(), body)
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			if !reflect.DeepEqual(got, f) {
+				t.Fatalf("Decode:\n got %#v\nwant %#v", got, f)
+			}
+			// Through a Writer and a Reader, on both read paths.
+			for _, bufSize := range []int{0, 16} {
+				var conn bytes.Buffer
+				w := NewWriter(&conn, Options{})
+				if err := w.WriteFrame(f); err != nil {
+					t.Fatal(err)
+				}
+				if err := w.Flush(); err != nil {
+					t.Fatal(err)
+				}
+				wire := bytes.Clone(conn.Bytes())
+				r := NewReader(&conn, Options{BufferSize: bufSize})
+				got, err := r.ReadFrame()
+				if err != nil {
+					t.Fatalf("ReadFrame (buffer %d): %v", bufSize, err)
+				}
+				if !reflect.DeepEqual(got, f) {
+					t.Fatalf("ReadFrame (buffer %d):\n got %#v\nwant %#v", bufSize, got, f)
+				}
+				if !bytes.Equal(mustEncode(t, got), wire) {
+					t.Fatalf("re-encoding differs")
+				}
+			}
+		})
+	}
+	for _, typ := range allTypes() {
+		if !covered[typ] {
+			t.Errorf("no sample frame of type %s", typ)
+		}
+	}
+}
+
+// The zero value of every frame encodes to the table's minimum body, so the
+// table is right about the minimum and about fixed sizes.
+func TestMinimumBodies(t *testing.T) {
+	for _, f := range sampleFrames() {
+		s := specs[f.Type()]
+		n := len(f.AppendBody(nil))
+		if n < s.minBody || (s.fixed && n != s.minBody) {
+			t.Errorf("%s: body of %d bytes; table says min %d fixed %v", f.Type(), n, s.minBody, s.fixed)
+		}
+		zero := reflect.New(reflect.TypeOf(f).Elem()).Interface().(Frame)
+		if n := len(zero.AppendBody(nil)); n != s.minBody {
+			t.Errorf("%s: zero body of %d bytes; table says %d", f.Type(), n, s.minBody)
+		}
+	}
+}
+
+// A known layout, byte for byte, to pin the documented encoding.
+func TestPublishBytes(t *testing.T) {
+	f := &Publish{Corr: 1, Queue: "q", MessageID: "m", Key: "", Headers: []Header{{"a", "b"}}, Body: []byte("hi")}
+	want := []byte{
+		0, 0, 0, 31, // length: type byte + 30-byte body
+		0x20,                   // Publish
+		0, 0, 0, 0, 0, 0, 0, 1, // Corr
+		0, 1, 'q', // Queue
+		0, 1, 'm', // MessageID
+		0, 0, // Key
+		0, 1, 0, 1, 'a', 0, 1, 'b', // Headers: 1 × (key, value)
+		0, 0, 0, 2, 'h', 'i', // Body
+	}
+	if got := mustEncode(t, f); !bytes.Equal(got, want) {
+		t.Fatalf("got  % x\nwant % x", got, want)
+	}
+	if got := mustEncode(t, &Heartbeat{}); !bytes.Equal(got, []byte{0, 0, 0, 1, 4}) {
+		t.Fatalf("heartbeat: % x", got)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	cases := []struct {
+		name  string
+		frame Frame
+		field string
+	}{
+		{"long queue", &Publish{Queue: longString}, "Queue"},
+		{"queue not UTF-8", &Declare{Queue: "a\xffb"}, "Queue"},
+		{"dead letter not UTF-8", &Declare{Queue: "a", DeadLetter: "\xc0"}, "DeadLetter"},
+		{"header key not UTF-8", &Publish{Queue: "q", Headers: []Header{{"\xff", "v"}}}, "Headers.Key"},
+		{"long header value", &Deliver{Headers: []Header{{"k", longString}}}, "Headers.Value"},
+		{"too many headers", &Publish{Queue: "q", Headers: make([]Header, MaxHeaders+1)}, "Headers"},
+		{"long token", &Hello{Token: longString}, "Token"},
+		{"long message id", &Deliver{MessageID: longString}, "MessageID"},
+		{"durability", &Declare{Durability: 3}, "Durability"},
+		{"overflow", &Declare{Overflow: 3}, "Overflow"},
+		{"declared unspecified", &Declared{}, "Durability"},
+		{"error code 0", &Error{}, "Code"},
+		{"error code unknown", &SettleError{Code: 999}, "Code"},
+		{"reason not UTF-8", &Goodbye{Reason: "\xff"}, "Reason"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.frame.Validate()
+			var fe *FrameError
+			if !errors.As(err, &fe) || !errors.Is(err, ErrMalformed) || !errors.Is(err, ErrProtocol) {
+				t.Fatalf("Validate = %v, want a malformed *FrameError", err)
+			}
+			if fe.Field != c.field || fe.Type != c.frame.Type() {
+				t.Fatalf("error names %s.%s, want %s.%s", fe.Type, fe.Field, c.frame.Type(), c.field)
+			}
+			if _, err := AppendFrame(nil, c.frame); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("AppendFrame = %v", err)
+			}
+		})
+	}
+	for _, f := range sampleFrames() {
+		if f.Type() == TypeDeclared && f.(*Declared).Durability == 0 {
+			continue
+		}
+		if f.Type() == TypeError || f.Type() == TypeSettleError {
+			continue // zero codes are tested above
+		}
+		if err := f.Validate(); err != nil {
+			t.Errorf("%s: %v", f.Type(), err)
+		}
+	}
+}
+
+// An invalid frame encoded without Validate still frames correctly.
+func TestAppendBodyTruncatesInvalid(t *testing.T) {
+	f := &Goodbye{Reason: longString}
+	body := f.AppendBody(nil)
+	got, err := Decode(TypeGoodbye, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(got.(*Goodbye).Reason); n != MaxStringLen {
+		t.Fatalf("reason of %d bytes", n)
+	}
+}
+
+func TestDeliverLen(t *testing.T) {
+	for _, p := range []*Publish{
+		{},
+		{Queue: "q", MessageID: "id", Headers: []Header{{"a", "bc"}, {"", "x"}}, Body: make([]byte, 1000)},
+	} {
+		d := &Deliver{SubID: 1, Tag: 2, MessageID: p.MessageID, Headers: p.Headers, Body: p.Body}
+		if got, want := DeliverLen(p), len(mustEncode(t, d))-lengthSize; got != want {
+			t.Errorf("DeliverLen = %d, want %d", got, want)
+		}
+	}
+}
+
+func TestNames(t *testing.T) {
+	if s := TypePublish.String(); s != "Publish" {
+		t.Error(s)
+	}
+	if s := FrameType(0x7f).String(); s != "FrameType(0x7f)" {
+		t.Error(s)
+	}
+	if s := CodeStaleTag.String(); s != "stale_tag" {
+		t.Error(s)
+	}
+	if s := ErrorCode(0).String(); s != "code(0)" {
+		t.Error(s)
+	}
+	for c := CodeBadRequest; c <= maxErrorCode; c++ {
+		if strings.HasPrefix(c.String(), "code(") {
+			t.Errorf("code %d has no name", c)
+		}
+	}
+	if !CodeDiskFull.Retryable() || CodeNotFound.Retryable() {
+		t.Error("Retryable")
+	}
+	if s := DurabilityBuffered.String() + " " + OverflowDropOldest.String(); s != "buffered drop-oldest" {
+		t.Error(s)
+	}
+	h := &Hello{Version: 1, Token: "hunter2", ClientName: "c"}
+	if s := h.String(); strings.Contains(s, "hunter2") {
+		t.Errorf("Hello.String shows the token: %s", s)
+	}
+}
+
+func TestErrorFrameIsError(t *testing.T) {
+	var err error = &Error{Corr: 3, Code: CodeNotFound, Message: "queue clicks"}
+	if err.Error() != "fibril not_found: queue clicks" {
+		t.Error(err)
+	}
+	var e *Error
+	if !errors.As(err, &e) || e.Corr != 3 {
+		t.Error("errors.As")
+	}
+	if CodeOf(err) != CodeNotFound {
+		t.Error("CodeOf remote")
+	}
+}
+
+func TestCodeOf(t *testing.T) {
+	_, tooLarge := NewReader(bytes.NewReader(u32(DefaultMaxFrame+1)), Options{}).ReadFrame()
+	_, unknown := NewReader(bytes.NewReader(raw(0x7f)), Options{}).ReadFrame()
+	for _, c := range []struct {
+		err  error
+		want ErrorCode
+	}{
+		{nil, 0},
+		{tooLarge, CodeTooLarge},
+		{unknown, CodeBadRequest},
+		{errors.New("disk on fire"), CodeInternal},
+	} {
+		if got := CodeOf(c.err); got != c.want {
+			t.Errorf("CodeOf(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}

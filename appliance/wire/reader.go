@@ -1,0 +1,118 @@
+package wire
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// readChunk is the most a Reader allocates ahead of the bytes it has
+// received: a large body is read in growing chunks, so a peer that claims
+// a large length and sends little costs little.
+const readChunk = 64 << 10
+
+// Reader reads frames from a connection through a bufio.Reader.
+//
+// A frame up to the buffer size is decoded straight from the read buffer,
+// copying what it keeps. A larger one is read into a buffer of its own,
+// which the decoded frame's byte slices (Body) point into and which the
+// Reader never reuses. Either way a frame owns its memory.
+type Reader struct {
+	br       *bufio.Reader
+	maxFrame int
+}
+
+// NewReader returns a Reader over r. If r is a *bufio.Reader at least
+// opts.BufferSize large it is used as is. Out-of-range options are clamped.
+func NewReader(r io.Reader, opts Options) *Reader {
+	o := opts.withDefaults()
+	return &Reader{br: bufio.NewReaderSize(r, o.BufferSize), maxFrame: o.MaxFrame}
+}
+
+// MaxFrame is the largest frame length the Reader accepts.
+func (r *Reader) MaxFrame() int { return r.maxFrame }
+
+// SetMaxFrame changes the limit, clamped to [MinFrameLimit, MaxFrameLimit].
+// A client may raise it to the server's HelloOK.MaxFrame.
+func (r *Reader) SetMaxFrame(n int) { r.maxFrame = clampFrameLimit(n) }
+
+// Buffered is the number of bytes read from the connection and not yet
+// consumed: a server can keep handling frames while it is above zero and
+// flush its replies once it drops to zero.
+func (r *Reader) Buffered() int { return r.br.Buffered() }
+
+// ReadFrame reads the next frame. It returns io.EOF, unwrapped, when the
+// connection ends cleanly between frames; a wrapped io.ErrUnexpectedEOF
+// when it ends inside one; an error matching ErrProtocol when the frame
+// breaks the protocol; and the connection's own errors wrapped. After any
+// error but io.EOF the stream position is lost: close the connection.
+func (r *Reader) ReadFrame() (Frame, error) {
+	hdr, err := r.br.Peek(lengthSize)
+	if err != nil {
+		if len(hdr) == 0 && errors.Is(err, io.EOF) {
+			return nil, io.EOF
+		}
+		return nil, fmt.Errorf("wire: read frame length: %w", noEOF(err))
+	}
+	length := binary.BigEndian.Uint32(hdr)
+	if length == 0 {
+		return nil, malformed(0, "", -1, "frame length 0 is below the minimum of 1")
+	}
+	if uint64(length) > uint64(r.maxFrame) {
+		return nil, &FrameError{Offset: -1, Err: ErrFrameTooLarge,
+			Reason: fmt.Sprintf("length %d exceeds the limit of %d", length, r.maxFrame)}
+	}
+	r.br.Discard(lengthSize) // cannot fail: the bytes are buffered
+	b, err := r.br.ReadByte()
+	if err != nil {
+		return nil, fmt.Errorf("wire: read frame type: %w", noEOF(err))
+	}
+	t, n := FrameType(b), int(length)-1
+	if err := checkBodyLen(t, n); err != nil {
+		return nil, err
+	}
+	if n <= r.br.Size() {
+		return r.decodeBuffered(t, n)
+	}
+	return r.decodeLarge(t, n)
+}
+
+// decodeBuffered decodes a body that fits in the read buffer, in place.
+func (r *Reader) decodeBuffered(t FrameType, n int) (Frame, error) {
+	body, err := r.br.Peek(n)
+	if err != nil {
+		return nil, fmt.Errorf("wire: read %s body of %d bytes: %w", t, n, noEOF(err))
+	}
+	f, err := decode(t, body, false)
+	r.br.Discard(n)
+	return f, err
+}
+
+// decodeLarge reads a body larger than the read buffer into a buffer of its
+// own, growing it as bytes arrive, and lets the frame keep it.
+func (r *Reader) decodeLarge(t FrameType, n int) (Frame, error) {
+	body := make([]byte, 0, min(n, readChunk))
+	for len(body) < n {
+		if len(body) == cap(body) {
+			grown := make([]byte, len(body), min(n, 2*cap(body)))
+			copy(grown, body)
+			body = grown
+		}
+		k, err := io.ReadFull(r.br, body[len(body):cap(body)])
+		body = body[:len(body)+k]
+		if err != nil {
+			return nil, fmt.Errorf("wire: read %s body of %d bytes: %w", t, n, noEOF(err))
+		}
+	}
+	return decode(t, body, true)
+}
+
+// noEOF turns io.EOF inside a frame into io.ErrUnexpectedEOF.
+func noEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
