@@ -1,0 +1,347 @@
+package appliance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Options configure a broker. Zero fields take the documented defaults.
+type Options struct {
+	// DataDir holds the metadata store (meta/) and the queue logs
+	// (queues/<name>/<partition>/). Required.
+	DataDir string
+	// FS is the file system for the logs and the metadata store. Default
+	// vfs.Default; tests pass pebble's crashable in-memory FS.
+	FS vfs.FS
+	// Logger receives the broker's logs. Default slog.Default().
+	Logger *slog.Logger
+	// SegmentSize of every queue log. Default 64 MiB.
+	SegmentSize int64
+	// TailCacheBytes per partition log. Default 1 MiB: small devices first.
+	TailCacheBytes int64
+	// MaxMessageBytes caps one message body. Default 4 MiB.
+	MaxMessageBytes int
+	// DiskBudgetBytes caps what the data directory may hold; publishes past
+	// it are refused with ErrDiskFull. Default 0: no budget.
+	DiskBudgetBytes int64
+	// MinFreeBytes refuses publishes once the file system holding the data
+	// directory has less free space than this. Default 64 MiB; negative
+	// turns the watermark off.
+	MinFreeBytes int64
+	// CheckpointDelay is how long after a change a partition's checkpoint
+	// runs. Default 30 s. Idle partitions never checkpoint.
+	CheckpointDelay time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.SegmentSize == 0 {
+		o.SegmentSize = 64 << 20
+	}
+	if o.TailCacheBytes == 0 {
+		o.TailCacheBytes = 1 << 20
+	}
+	if o.MaxMessageBytes == 0 {
+		o.MaxMessageBytes = 4 << 20
+	}
+	if o.MinFreeBytes == 0 {
+		o.MinFreeBytes = 64 << 20
+	}
+	if o.CheckpointDelay == 0 {
+		o.CheckpointDelay = 30 * time.Second
+	}
+	return o
+}
+
+// Broker is the solo broker: declared queues, each a set of partition logs,
+// with declarations, settings and snapshots in Pebble.
+type Broker struct {
+	opts     Options
+	log      *slog.Logger
+	meta     *metaStore
+	settings atomic.Pointer[Settings]
+	nextTag  atomic.Uint64 // delivery tags: a per-process counter
+	disk     diskGuard
+
+	mu     sync.RWMutex // guards queues, failed and closed
+	queues map[string]*queue
+	failed map[string]error // queues that could not be opened
+	closed bool
+
+	ckptMu    sync.Mutex // guards ckptDirty and ckptTimer
+	ckptDirty map[*partition]struct{}
+	ckptTimer *time.Timer
+}
+
+// Open opens the broker in opts.DataDir, recovering every declared queue:
+// each partition loads its snapshot and replays its log after it. A queue
+// that cannot be opened is reported (QueueErrors) and the broker starts
+// without it.
+func Open(opts Options) (*Broker, error) {
+	if opts.DataDir == "" {
+		return nil, fmt.Errorf("%w: no data directory", ErrInvalid)
+	}
+	opts = opts.withDefaults()
+	b := &Broker{
+		opts: opts, log: opts.Logger,
+		queues: make(map[string]*queue), failed: make(map[string]error),
+		ckptDirty: make(map[*partition]struct{}),
+	}
+	b.disk = diskGuard{fs: opts.FS, dir: opts.DataDir, budget: opts.DiskBudgetBytes, minFree: opts.MinFreeBytes}
+	if err := opts.FS.MkdirAll(opts.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create data directory: %w", err)
+	}
+	meta, err := openMeta(opts.FS.PathJoin(opts.DataDir, "meta"), opts.FS)
+	if err != nil {
+		return nil, err
+	}
+	b.meta = meta
+	s := DefaultSettings()
+	if _, err := meta.getJSON(settingsKey, &s); err != nil {
+		_ = meta.close()
+		return nil, err
+	}
+	b.settings.Store(&s)
+	cfgs, err := meta.queues()
+	if err != nil {
+		_ = meta.close()
+		return nil, err
+	}
+	for _, cfg := range cfgs {
+		q, err := b.openQueue(cfg)
+		if err != nil {
+			b.failed[cfg.Name] = err
+			b.log.Error("queue could not be opened; serving the others", "queue", cfg.Name, "err", err)
+			continue
+		}
+		b.queues[cfg.Name] = q
+	}
+	return b, nil
+}
+
+// DeclareResult is a declare's reply.
+type DeclareResult struct {
+	Config  QueueConfig // the declaration in effect
+	Created bool
+	Warning string // the loss-window warning for buffered queues
+}
+
+// Declare creates a queue or confirms an existing one. The mode is fixed by
+// the first declare: naming the other mode fails with ErrModeConflict, and
+// naming none keeps it.
+func (b *Broker) Declare(ctx context.Context, c QueueConfig) (DeclareResult, error) {
+	if err := c.Validate(); err != nil {
+		return DeclareResult{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return DeclareResult{}, ErrClosed
+	}
+	if err, ok := b.failed[c.Name]; ok {
+		return DeclareResult{}, fmt.Errorf("%w: queue %s failed to open: %w", ErrUnavailable, c.Name, err)
+	}
+	if q, ok := b.queues[c.Name]; ok {
+		merged, err := q.cfg.merge(c)
+		if err != nil {
+			return DeclareResult{}, err
+		}
+		if merged != q.cfg {
+			if err := b.meta.putQueue(merged); err != nil {
+				return DeclareResult{}, err
+			}
+			q.cfg = merged
+		}
+		return declareResult(merged, false), nil
+	}
+	cfg := c.withDefaults()
+	if err := b.meta.putQueue(cfg); err != nil {
+		return DeclareResult{}, err
+	}
+	q, err := b.openQueue(cfg)
+	if err != nil {
+		return DeclareResult{}, err
+	}
+	b.queues[cfg.Name] = q
+	b.log.Info("queue declared", "queue", cfg.Name, "durability", cfg.Durability, "partitions", cfg.Partitions)
+	return declareResult(cfg, true), nil
+}
+
+func declareResult(c QueueConfig, created bool) DeclareResult {
+	r := DeclareResult{Config: c, Created: created}
+	if c.Durability == Buffered {
+		r.Warning = BufferedWarning
+	}
+	return r
+}
+
+// DeleteQueue closes a queue and removes its logs, declaration and
+// snapshots. Subscriptions on it stop receiving.
+func (b *Broker) DeleteQueue(ctx context.Context, name string) error {
+	b.mu.Lock()
+	q, ok := b.queues[name]
+	_, failed := b.failed[name]
+	if !ok && !failed {
+		b.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
+	delete(b.queues, name)
+	delete(b.failed, name)
+	b.mu.Unlock()
+	if q != nil {
+		q.close(b)
+	}
+	if err := b.meta.deleteQueue(name); err != nil {
+		return err
+	}
+	if err := b.opts.FS.RemoveAll(b.queueDir(name)); err != nil {
+		return fmt.Errorf("remove %s logs: %w", name, err)
+	}
+	b.log.Info("queue deleted", "queue", name)
+	return nil
+}
+
+func (b *Broker) queue(name string) (*queue, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	q, ok := b.queues[name]
+	if !ok {
+		if err, failed := b.failed[name]; failed {
+			return nil, fmt.Errorf("%w: queue %s failed to open: %w", ErrUnavailable, name, err)
+		}
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
+	return q, nil
+}
+
+// PublishAsync publishes m and calls done once it is confirmed at the
+// queue's durability (or failed). done runs on a broker goroutine.
+func (b *Broker) PublishAsync(queueName string, m Message, done func(Confirm, error)) {
+	q, err := b.queue(queueName)
+	if err != nil {
+		done(Confirm{}, err)
+		return
+	}
+	if len(m.Body) > b.opts.MaxMessageBytes {
+		done(Confirm{}, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(m.Body), b.opts.MaxMessageBytes))
+		return
+	}
+	q.publish(m, time.Now(), done)
+}
+
+// Publish publishes m and waits for its confirm.
+func (b *Broker) Publish(ctx context.Context, queueName string, m Message) (Confirm, error) {
+	type result struct {
+		c   Confirm
+		err error
+	}
+	ch := make(chan result, 1)
+	b.PublishAsync(queueName, m, func(c Confirm, err error) { ch <- result{c, err} })
+	select {
+	case r := <-ch:
+		return r.c, r.err
+	case <-ctx.Done():
+		return Confirm{}, ctx.Err()
+	}
+}
+
+// publishDeadLetter copies a message into a dead-letter queue, declaring it
+// (durable, by default) if it does not exist yet.
+func (b *Broker) publishDeadLetter(name string, m Message) (Confirm, error) {
+	if _, err := b.queue(name); errors.Is(err, ErrNotFound) {
+		if _, err := b.Declare(context.Background(), QueueConfig{Name: name}); err != nil {
+			return Confirm{}, err
+		}
+	}
+	m.ID = "" // a copy is not a duplicate of its original
+	return b.Publish(context.Background(), name, m)
+}
+
+// Subscribe attaches a consumer to every partition of a queue.
+func (b *Broker) Subscribe(queueName string, o SubscribeOptions) (*Subscription, error) {
+	q, err := b.queue(queueName)
+	if err != nil {
+		return nil, err
+	}
+	if o.Deliver == nil {
+		return nil, fmt.Errorf("%w: subscription without a Deliver function", ErrInvalid)
+	}
+	if o.Prefetch < 0 {
+		return nil, fmt.Errorf("%w: prefetch %d", ErrInvalid, o.Prefetch)
+	}
+	if o.Prefetch == 0 {
+		o.Prefetch = DefaultPrefetch
+	}
+	s := &Subscription{q: q, deliver: o.Deliver, credit: o.Prefetch, held: make(map[uint64]*partition)}
+	q.subsMu.Lock()
+	q.subs[s] = struct{}{}
+	q.subsMu.Unlock()
+	for _, p := range q.parts {
+		p.addSub(s)
+	}
+	return s, nil
+}
+
+// QueueNames lists the open queues, sorted.
+func (b *Broker) QueueNames() []string {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	names := make([]string, 0, len(b.queues))
+	for n := range b.queues {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// QueueErrors returns the queues that failed to open, with why.
+func (b *Broker) QueueErrors() map[string]error {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	out := make(map[string]error, len(b.failed))
+	for k, v := range b.failed {
+		out[k] = v
+	}
+	return out
+}
+
+// Close stops admission, checkpoints and syncs every partition, closes the
+// logs and the metadata store.
+func (b *Broker) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	queues := b.queues
+	b.queues = map[string]*queue{}
+	b.mu.Unlock()
+	b.ckptMu.Lock()
+	if b.ckptTimer != nil {
+		b.ckptTimer.Stop()
+	}
+	b.ckptMu.Unlock()
+	var errs []error
+	for _, q := range queues {
+		errs = append(errs, q.close(b))
+	}
+	errs = append(errs, b.meta.close())
+	return errors.Join(errs...)
+}

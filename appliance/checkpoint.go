@@ -1,0 +1,99 @@
+package appliance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Checkpoints. A partition that applied anything is checkpointed
+// CheckpointDelay later (the timer runs only while some partition is
+// dirty): capture the state at a log boundary, sync the log and check that
+// the durable frontier covers the boundary, and only then store the
+// snapshot (a synced Pebble write) as recovery authority. Then retention
+// moves the log's head to the lowest offset still needed: never past an
+// unsettled message, the snapshot's boundary, or the durable frontier.
+
+// markDirty schedules a checkpoint of p.
+func (b *Broker) markDirty(p *partition) {
+	b.ckptMu.Lock()
+	defer b.ckptMu.Unlock()
+	if _, ok := b.ckptDirty[p]; ok {
+		return
+	}
+	b.ckptDirty[p] = struct{}{}
+	if b.ckptTimer == nil {
+		b.ckptTimer = time.AfterFunc(b.opts.CheckpointDelay, b.checkpointDirty)
+	}
+}
+
+// checkpointDirty checkpoints every partition marked dirty.
+func (b *Broker) checkpointDirty() {
+	b.ckptMu.Lock()
+	dirty := b.ckptDirty
+	b.ckptDirty = make(map[*partition]struct{})
+	b.ckptTimer = nil
+	b.ckptMu.Unlock()
+	for p := range dirty {
+		select {
+		case <-p.closing:
+			continue
+		default:
+		}
+		if err := b.checkpointPartition(p); err != nil && !errors.Is(err, ErrClosed) {
+			b.log.Error("checkpoint failed", "queue", p.q.cfg.Name, "partition", p.idx, "err", err)
+		}
+	}
+}
+
+// Checkpoint checkpoints every partition of every queue now.
+func (b *Broker) Checkpoint(ctx context.Context) error {
+	b.mu.RLock()
+	var parts []*partition
+	for _, q := range b.queues {
+		parts = append(parts, q.parts...)
+	}
+	b.mu.RUnlock()
+	var errs []error
+	for _, p := range parts {
+		errs = append(errs, b.checkpointPartition(p))
+	}
+	return errors.Join(errs...)
+}
+
+func (b *Broker) checkpointPartition(p *partition) error {
+	p.ckptMu.Lock()
+	defer p.ckptMu.Unlock()
+	// 1. Capture at a boundary.
+	p.mu.Lock()
+	snap := p.st.capture()
+	snap.Dedupe = append([]dedupeRecord(nil), p.dedupe...)
+	p.dirty.Store(false)
+	p.mu.Unlock()
+	// 2. Sync the log to the boundary and check the durable frontier.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := p.log.Sync(ctx); err != nil {
+		p.dirty.Store(true)
+		return fmt.Errorf("checkpoint %s/%d: sync: %w", p.q.cfg.Name, p.idx, err)
+	}
+	if d := p.log.DurableNext(); d < snap.Boundary {
+		p.dirty.Store(true)
+		return fmt.Errorf("checkpoint %s/%d: durable %d below boundary %d", p.q.cfg.Name, p.idx, d, snap.Boundary)
+	}
+	// 3. Store the snapshot.
+	if err := b.meta.putSnapshot(p.q.cfg.Name, p.idx, snap); err != nil {
+		p.dirty.Store(true)
+		return err
+	}
+	// 4. Retention.
+	head := snap.Boundary
+	if len(snap.Messages) > 0 {
+		head = min(head, snap.Messages[0].offset)
+	}
+	if err := p.log.AdvanceHead(head); err != nil {
+		return fmt.Errorf("checkpoint %s/%d: retention: %w", p.q.cfg.Name, p.idx, err)
+	}
+	return nil
+}

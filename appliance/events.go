@@ -1,0 +1,114 @@
+package appliance
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Record types in a partition's log. Publishes and settle events share the
+// log, so replaying it rebuilds the partition exactly.
+const (
+	recPublish    byte = 1 // a message
+	recAck        byte = 2 // consumer acknowledged: settled
+	recRelease    byte = 3 // nack with requeue: ready again, one more delivery counted
+	recDiscard    byte = 4 // nack without requeue, or dropped for overflow: settled
+	recDeadLetter byte = 5 // a copy went to the dead-letter queue: settled
+	recExpire     byte = 6 // lease expired: ready again, one more delivery counted
+)
+
+// Header is one message header.
+type Header struct {
+	Key, Value string
+}
+
+// publishRecord is the body of a recPublish record.
+//
+//	i64 unix nanos | u16 len id | id | u16 n headers | (u16 k, u16 v)... | body
+type publishRecord struct {
+	At        time.Time
+	MessageID string
+	Headers   []Header
+	Body      []byte
+}
+
+var errBadEvent = errors.New("appliance: malformed log event")
+
+func encodePublish(p publishRecord) []byte {
+	n := 8 + 2 + len(p.MessageID) + 2 + len(p.Body)
+	for _, h := range p.Headers {
+		n += 4 + len(h.Key) + len(h.Value)
+	}
+	b := make([]byte, 0, n)
+	b = binary.LittleEndian.AppendUint64(b, uint64(p.At.UnixNano()))
+	b = appendString(b, p.MessageID)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(p.Headers)))
+	for _, h := range p.Headers {
+		b = appendString(b, h.Key)
+		b = appendString(b, h.Value)
+	}
+	return append(b, p.Body...)
+}
+
+func decodePublish(b []byte) (publishRecord, error) {
+	var p publishRecord
+	if len(b) < 8 {
+		return p, fmt.Errorf("publish record of %d bytes: %w", len(b), errBadEvent)
+	}
+	p.At = time.Unix(0, int64(binary.LittleEndian.Uint64(b)))
+	b = b[8:]
+	var err error
+	if p.MessageID, b, err = readString(b); err != nil {
+		return p, err
+	}
+	if len(b) < 2 {
+		return p, fmt.Errorf("publish record headers: %w", errBadEvent)
+	}
+	nh := int(binary.LittleEndian.Uint16(b))
+	b = b[2:]
+	if nh > len(b)/4 {
+		return p, fmt.Errorf("publish record claims %d headers: %w", nh, errBadEvent)
+	}
+	if nh > 0 {
+		p.Headers = make([]Header, nh)
+	}
+	for i := range p.Headers {
+		if p.Headers[i].Key, b, err = readString(b); err != nil {
+			return p, err
+		}
+		if p.Headers[i].Value, b, err = readString(b); err != nil {
+			return p, err
+		}
+	}
+	p.Body = b
+	return p, nil
+}
+
+// settleRecord is the body of every settle event: the offset it settles.
+func encodeSettle(offset uint64) []byte {
+	return binary.LittleEndian.AppendUint64(make([]byte, 0, 8), offset)
+}
+
+func decodeSettle(b []byte) (uint64, error) {
+	if len(b) != 8 {
+		return 0, fmt.Errorf("settle record of %d bytes: %w", len(b), errBadEvent)
+	}
+	return binary.LittleEndian.Uint64(b), nil
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(s)))
+	return append(b, s...)
+}
+
+func readString(b []byte) (string, []byte, error) {
+	if len(b) < 2 {
+		return "", nil, fmt.Errorf("string length: %w", errBadEvent)
+	}
+	n := int(binary.LittleEndian.Uint16(b))
+	if len(b) < 2+n {
+		return "", nil, fmt.Errorf("string of %d bytes in %d: %w", n, len(b)-2, errBadEvent)
+	}
+	return string(b[2 : 2+n]), b[2+n:], nil
+}

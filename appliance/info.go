@@ -1,0 +1,102 @@
+package appliance
+
+import (
+	"fmt"
+	"time"
+)
+
+// QueueInfo is what an operator sees of a queue. Every position names its
+// boundary: written (handed to the operating system) or durable (synced).
+type QueueInfo struct {
+	Config      QueueConfig
+	Warning     string // the loss-window warning for buffered queues
+	Messages    int64  // unsettled: ready plus in flight
+	Bytes       int64
+	Ready       int64
+	InFlight    int64 // leased to consumers or being settled
+	Consumers   int
+	Counters    QueueCounters
+	Partitions  []PartitionInfo
+	Unavailable string // why the queue is not serving, if it is not
+}
+
+// QueueCounters count since the broker started.
+type QueueCounters struct {
+	Published       int64
+	Duplicates      int64
+	Expired         int64
+	Discarded       int64
+	DeadLettered    int64
+	RejectedFull    int64 // refused by the queue's limits
+	RejectedDisk    int64 // refused by the disk budget or free-space watermark
+	DroppedOverflow int64 // oldest messages dropped by the drop-oldest policy
+}
+
+// PartitionInfo reports one partition's log.
+type PartitionInfo struct {
+	Index           int
+	WrittenNext     uint64 // offset after the last record handed to the OS
+	DurableNext     uint64 // offset after the last synced record
+	Head            uint64 // lowest offset retained
+	UnsyncedRecords uint64 // written, not yet synced
+	UnsyncedBytes   int64
+	OldestUnsynced  time.Duration // age of the oldest unsynced record; 0 when none
+	LastSync        time.Time     // last successful sync
+	SyncPending     bool
+	Latched         bool
+	LastError       string
+	Segments        int
+	Messages        int64
+	Ready           int64
+	InFlight        int64
+}
+
+// QueueInfo returns a queue's view.
+func (b *Broker) QueueInfo(name string) (QueueInfo, error) {
+	q, err := b.queue(name)
+	if err != nil {
+		return QueueInfo{}, err
+	}
+	return q.info(time.Now()), nil
+}
+
+func (q *queue) info(now time.Time) QueueInfo {
+	in := QueueInfo{Config: q.cfg}
+	if q.cfg.Durability == Buffered {
+		in.Warning = BufferedWarning
+	}
+	q.subsMu.Lock()
+	in.Consumers = len(q.subs)
+	q.subsMu.Unlock()
+	c := &q.counters
+	in.Counters = QueueCounters{
+		Published: c.published.Load(), Duplicates: c.duplicates.Load(), Expired: c.expired.Load(),
+		Discarded: c.discarded.Load(), DeadLettered: c.deadLettered.Load(),
+		RejectedFull: c.rejectedFull.Load(), RejectedDisk: c.rejectedDisk.Load(), DroppedOverflow: c.dropped.Load(),
+	}
+	for _, p := range q.parts {
+		st := p.log.Status()
+		pi := PartitionInfo{
+			Index: p.idx, WrittenNext: st.WrittenNext, DurableNext: st.DurableNext, Head: st.Head,
+			UnsyncedRecords: st.DurableLagRecords, UnsyncedBytes: st.DurableLagBytes,
+			LastSync: st.LastSync, SyncPending: st.SyncPending, Latched: st.Latched, Segments: st.Segments,
+		}
+		if !st.OldestUnsynced.IsZero() {
+			pi.OldestUnsynced = now.Sub(st.OldestUnsynced)
+		}
+		if st.LastError != nil {
+			pi.LastError = st.LastError.Error()
+			in.Unavailable = fmt.Sprintf("partition %d: %v", p.idx, st.LastError)
+		}
+		p.mu.Lock()
+		pi.Messages = p.st.count
+		pi.Ready, pi.InFlight = p.st.readyCount()
+		p.mu.Unlock()
+		in.Messages += pi.Messages
+		in.Bytes += p.bytes.Load()
+		in.Ready += pi.Ready
+		in.InFlight += pi.InFlight
+		in.Partitions = append(in.Partitions, pi)
+	}
+	return in
+}

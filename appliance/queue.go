@@ -1,0 +1,222 @@
+package appliance
+
+import (
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fibril-edge/fibril/wal"
+)
+
+// Message is what a publisher sends.
+type Message struct {
+	ID      string // optional; deduplicated inside the queue's dedupe window
+	Key     string // optional; picks the partition, so one key keeps its order
+	Headers []Header
+	Body    []byte
+}
+
+// Confirm says where a publish landed, at the queue's durability.
+type Confirm struct {
+	Queue      string
+	Partition  int
+	Offset     uint64
+	Duplicate  bool // the id was seen inside the dedupe window; nothing new stored
+	Durability Durability
+}
+
+// queue is a declared queue and its open partitions.
+type queue struct {
+	b     *Broker
+	cfg   QueueConfig
+	parts []*partition
+	rr    atomic.Uint64
+
+	subsMu sync.Mutex
+	subs   map[*Subscription]struct{}
+
+	dedupeMu sync.Mutex // guards dedupe and dedupeOrder
+	dedupe   map[string]*dedupeEntry
+	order    []dedupeKey
+
+	counters queueCounters
+}
+
+type queueCounters struct {
+	published, duplicates, expired, discarded, deadLettered atomic.Int64
+	rejectedFull, rejectedDisk, dropped                     atomic.Int64
+}
+
+type dedupeEntry struct {
+	at      time.Time
+	confirm Confirm
+	err     error
+	done    chan struct{} // closed once the original publish completed
+}
+
+type dedupeKey struct {
+	id string
+	at time.Time
+}
+
+func (q *queue) wakeAll() {
+	for _, p := range q.parts {
+		p.wake()
+	}
+}
+
+func (q *queue) removeSub(s *Subscription) {
+	q.subsMu.Lock()
+	delete(q.subs, s)
+	q.subsMu.Unlock()
+	for _, p := range q.parts {
+		p.removeSub(s)
+	}
+}
+
+func (q *queue) pick(key string) *partition {
+	if len(q.parts) == 1 {
+		return q.parts[0]
+	}
+	if key != "" {
+		h := fnv.New32a()
+		h.Write([]byte(key))
+		return q.parts[int(h.Sum32()%uint32(len(q.parts)))]
+	}
+	return q.parts[int(q.rr.Add(1)%uint64(len(q.parts)))]
+}
+
+// size sums the partitions' unsettled messages and bytes.
+func (q *queue) size() (count, bytes int64) {
+	for _, p := range q.parts {
+		count += p.count.Load()
+		bytes += p.bytes.Load()
+	}
+	return count, bytes
+}
+
+// publish runs a publish through dedupe, limits and the partition's batch.
+func (q *queue) publish(m Message, now time.Time, done func(Confirm, error)) {
+	if m.ID != "" && q.cfg.DedupeWindow > 0 {
+		e, dup := q.dedupeLookup(m.ID, now)
+		if dup {
+			q.counters.duplicates.Add(1)
+			go func() {
+				<-e.done
+				c := e.confirm
+				c.Duplicate = true
+				done(c, e.err)
+			}()
+			return
+		}
+		inner := done
+		done = func(c Confirm, err error) {
+			e.confirm, e.err = c, err
+			close(e.done)
+			if err != nil {
+				q.dedupeForget(m.ID, e)
+			}
+			inner(c, err)
+		}
+	}
+	p := q.pick(m.Key)
+	if err := q.makeRoom(p, int64(len(m.Body))); err != nil {
+		done(Confirm{}, err)
+		return
+	}
+	rec := encodePublish(publishRecord{At: now, MessageID: m.ID, Headers: m.Headers, Body: m.Body})
+	p.publish(rec, func(res wal.AppendResult, err error) {
+		if err != nil {
+			done(Confirm{}, err)
+			return
+		}
+		q.counters.published.Add(1)
+		done(Confirm{Queue: q.cfg.Name, Partition: p.idx, Offset: res.First, Durability: q.cfg.Durability}, nil)
+	})
+}
+
+// dedupeLookup returns the entry for id and whether it is a duplicate; a
+// new id gets a pending entry that the publish completes.
+func (q *queue) dedupeLookup(id string, now time.Time) (*dedupeEntry, bool) {
+	q.dedupeMu.Lock()
+	defer q.dedupeMu.Unlock()
+	n := 0
+	for n < len(q.order) && now.Sub(q.order[n].at) > q.cfg.DedupeWindow {
+		if e, ok := q.dedupe[q.order[n].id]; ok && e.at.Equal(q.order[n].at) {
+			delete(q.dedupe, q.order[n].id)
+		}
+		n++
+	}
+	q.order = q.order[n:]
+	if e, ok := q.dedupe[id]; ok && now.Sub(e.at) <= q.cfg.DedupeWindow {
+		return e, true
+	}
+	e := &dedupeEntry{at: now, done: make(chan struct{})}
+	q.dedupe[id] = e
+	q.order = append(q.order, dedupeKey{id: id, at: now})
+	return e, false
+}
+
+func (q *queue) dedupeForget(id string, e *dedupeEntry) {
+	q.dedupeMu.Lock()
+	if q.dedupe[id] == e {
+		delete(q.dedupe, id)
+	}
+	q.dedupeMu.Unlock()
+}
+
+// restoreDedupe loads ids published inside the window (from snapshots and
+// replay) after a restart.
+func (q *queue) restoreDedupe(recs []dedupeRecord, partition int) {
+	q.dedupeMu.Lock()
+	defer q.dedupeMu.Unlock()
+	for _, r := range recs {
+		e := &dedupeEntry{at: r.At, done: make(chan struct{}),
+			confirm: Confirm{Queue: q.cfg.Name, Partition: partition, Offset: r.Offset, Durability: q.cfg.Durability}}
+		close(e.done)
+		q.dedupe[r.ID] = e
+		q.order = append(q.order, dedupeKey{id: r.ID, at: r.At})
+	}
+}
+
+// makeRoom applies the queue's limits and the broker's disk limits to a
+// publish of n bytes headed for p.
+func (q *queue) makeRoom(p *partition, n int64) error {
+	if err := q.b.checkDisk(n); err != nil {
+		q.counters.rejectedDisk.Add(1)
+		return err
+	}
+	count, bytes := q.size()
+	over := func() bool {
+		return (q.cfg.MaxMessages > 0 && count+1 > q.cfg.MaxMessages) ||
+			(q.cfg.MaxBytes > 0 && bytes+n > q.cfg.MaxBytes)
+	}
+	if !over() {
+		return nil
+	}
+	if q.cfg.Overflow != OverflowDropOldest || (q.cfg.MaxBytes > 0 && n > q.cfg.MaxBytes) {
+		q.counters.rejectedFull.Add(1)
+		return fmt.Errorf("%w: queue %s holds %d messages, %d bytes (limits %d, %d)",
+			ErrQueueFull, q.cfg.Name, count, bytes, q.cfg.MaxMessages, q.cfg.MaxBytes)
+	}
+	// Drop the oldest ready messages, starting with the target partition.
+	for _, pp := range append([]*partition{p}, q.parts...) {
+		for over() {
+			off, size, ok := pp.takeOldest()
+			if !ok {
+				break
+			}
+			pp.submit(settleEntries(recDiscard, []uint64{off}), pp.logSettleError)
+			q.counters.dropped.Add(1)
+			count--
+			bytes -= size
+		}
+	}
+	if over() {
+		q.counters.rejectedFull.Add(1)
+		return fmt.Errorf("%w: queue %s: nothing ready to drop", ErrQueueFull, q.cfg.Name)
+	}
+	return nil
+}

@@ -1,0 +1,179 @@
+package appliance
+
+import (
+	"container/heap"
+	"fmt"
+	"time"
+
+	"github.com/fibril-edge/fibril/wal"
+)
+
+// partitionState is the pure state of one partition: which messages are
+// unsettled, which of them are ready, and how often each was delivered. It
+// changes only by applying log records in order (and by leasing, which is
+// in memory only), so a snapshot plus a replay rebuilds it exactly. It does
+// no I/O and reads no clock.
+type partitionState struct {
+	msgs        map[uint64]*message
+	ready       offsetHeap // may hold stale offsets: checked on pop
+	count       int64      // unsettled messages
+	bytes       int64      // their payload bytes
+	appliedNext uint64     // offset after the last applied record
+}
+
+type msgStatus uint8
+
+const (
+	msgReady    msgStatus = iota
+	msgLeased             // held by a subscription
+	msgSettling           // a settle event is being appended
+)
+
+// message is what the broker keeps in memory per unsettled message; the
+// body stays in the log.
+type message struct {
+	offset     uint64
+	size       int64
+	deliveries uint32 // deliveries that ended without an ack (release, expiry)
+	at         time.Time
+	id         string
+	status     msgStatus
+}
+
+func newPartitionState(next uint64) *partitionState {
+	return &partitionState{msgs: make(map[uint64]*message), appliedNext: next}
+}
+
+// applyEffect tells the shell what an applied record changed.
+type applyEffect uint8
+
+const (
+	effectNone       applyEffect = iota
+	effectReady                  // a message became ready
+	effectSettled                // a message left the queue
+	effectOverLimit              // a message came back past max deliveries
+	effectUnknownRef             // a settle named an offset that is not unsettled
+)
+
+// apply applies one record. maxDeliveries (0: unlimited) marks a message
+// that came back too often, which the shell dead-letters.
+func (s *partitionState) apply(r wal.Record, maxDeliveries int) (applyEffect, error) {
+	if r.Offset != s.appliedNext {
+		return effectNone, fmt.Errorf("apply offset %d, expected %d", r.Offset, s.appliedNext)
+	}
+	s.appliedNext = r.Offset + 1
+	if r.Type == recPublish {
+		p, err := decodePublish(r.Payload)
+		if err != nil {
+			return effectNone, fmt.Errorf("offset %d: %w", r.Offset, err)
+		}
+		m := &message{offset: r.Offset, size: int64(len(p.Body)), at: p.At, id: p.MessageID}
+		s.add(m)
+		return effectReady, nil
+	}
+	target, err := decodeSettle(r.Payload)
+	if err != nil {
+		return effectNone, fmt.Errorf("offset %d: %w", r.Offset, err)
+	}
+	m, ok := s.msgs[target]
+	if !ok {
+		return effectUnknownRef, nil
+	}
+	switch r.Type {
+	case recAck, recDiscard, recDeadLetter:
+		s.remove(m)
+		return effectSettled, nil
+	case recRelease, recExpire:
+		m.deliveries++
+		if maxDeliveries > 0 && int(m.deliveries) >= maxDeliveries {
+			m.status = msgSettling
+			return effectOverLimit, nil
+		}
+		s.makeReady(m)
+		return effectReady, nil
+	}
+	return effectNone, fmt.Errorf("offset %d: unknown record type %d", r.Offset, r.Type)
+}
+
+func (s *partitionState) add(m *message) {
+	s.msgs[m.offset] = m
+	s.count++
+	s.bytes += m.size
+	s.makeReady(m)
+}
+
+func (s *partitionState) remove(m *message) {
+	delete(s.msgs, m.offset)
+	s.count--
+	s.bytes -= m.size
+}
+
+func (s *partitionState) makeReady(m *message) {
+	m.status = msgReady
+	heap.Push(&s.ready, m.offset)
+}
+
+// nextReady leases the lowest ready message, or returns nil.
+func (s *partitionState) nextReady() *message {
+	for s.ready.Len() > 0 {
+		off := heap.Pop(&s.ready).(uint64)
+		if m, ok := s.msgs[off]; ok && m.status == msgReady {
+			m.status = msgLeased
+			return m
+		}
+	}
+	return nil
+}
+
+// oldestReady returns the lowest ready message without leasing it.
+func (s *partitionState) oldestReady() *message {
+	for s.ready.Len() > 0 {
+		if m, ok := s.msgs[s.ready[0]]; ok && m.status == msgReady {
+			return m
+		}
+		heap.Pop(&s.ready)
+	}
+	return nil
+}
+
+// unlease puts a leased message back to ready without counting a delivery
+// (its subscription went away before anything was decided).
+func (s *partitionState) unlease(offset uint64) {
+	if m, ok := s.msgs[offset]; ok && m.status != msgReady {
+		s.makeReady(m)
+	}
+}
+
+// lowestUnsettled is the lowest offset retention must keep.
+func (s *partitionState) lowestUnsettled() uint64 {
+	low := s.appliedNext
+	for off := range s.msgs {
+		low = min(low, off)
+	}
+	return low
+}
+
+// readyCount counts ready messages (for queue info).
+func (s *partitionState) readyCount() (ready, inFlight int64) {
+	for _, m := range s.msgs {
+		if m.status == msgReady {
+			ready++
+		} else {
+			inFlight++
+		}
+	}
+	return ready, inFlight
+}
+
+type offsetHeap []uint64
+
+func (h offsetHeap) Len() int           { return len(h) }
+func (h offsetHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h offsetHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *offsetHeap) Push(x any)        { *h = append(*h, x.(uint64)) }
+func (h *offsetHeap) Pop() any {
+	old := *h
+	v := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return v
+}

@@ -1,0 +1,150 @@
+package appliance
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Delivery is one message handed to a subscription. Its Tag settles it, on
+// this subscription only.
+type Delivery struct {
+	Tag         uint64
+	Queue       string
+	Partition   int
+	Offset      uint64
+	Deliveries  uint32 // 1 on the first delivery
+	MessageID   string
+	Headers     []Header
+	Body        []byte
+	PublishedAt time.Time
+}
+
+// SubscribeOptions configure a subscription.
+type SubscribeOptions struct {
+	// Prefetch is the most unsettled deliveries the subscription holds.
+	// Default 100.
+	Prefetch int
+	// Deliver receives each delivery, in offset order per partition. It is
+	// called from the partitions' dispatchers, possibly concurrently for
+	// different partitions, and must not block for long.
+	Deliver func(Delivery)
+}
+
+// DefaultPrefetch is the prefetch of a subscription that names none.
+const DefaultPrefetch = 100
+
+// Subscription is a consumer's hold on a queue.
+type Subscription struct {
+	q       *queue
+	deliver func(Delivery)
+
+	mu     sync.Mutex // guards credit, held and closed
+	credit int
+	held   map[uint64]*partition // tag -> partition holding its lease
+	closed bool
+}
+
+// takeCredit reserves room for one delivery.
+func (s *Subscription) takeCredit() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.credit <= 0 {
+		return false
+	}
+	s.credit--
+	return true
+}
+
+func (s *Subscription) returnCredit() {
+	s.mu.Lock()
+	s.credit++
+	s.mu.Unlock()
+}
+
+// hold records a lease; called with the partition's lock held.
+func (s *Subscription) hold(tag uint64, p *partition) {
+	s.mu.Lock()
+	s.held[tag] = p
+	s.mu.Unlock()
+}
+
+// release forgets a lease and returns its credit; called with the
+// partition's lock held.
+func (s *Subscription) release(tag uint64) {
+	s.mu.Lock()
+	if _, ok := s.held[tag]; ok {
+		delete(s.held, tag)
+		s.credit++
+	}
+	s.mu.Unlock()
+	s.q.wakeAll()
+}
+
+func (s *Subscription) push(d Delivery) { s.deliver(d) }
+
+// AddCredit lets the subscription hold n more unsettled deliveries.
+func (s *Subscription) AddCredit(n int) {
+	if n <= 0 {
+		return
+	}
+	s.mu.Lock()
+	s.credit += n
+	s.mu.Unlock()
+	s.q.wakeAll()
+}
+
+// Ack settles deliveries as processed.
+func (s *Subscription) Ack(tags ...uint64) error { return s.settle(tags, recAck) }
+
+// Nack settles deliveries as not processed: with requeue they are delivered
+// again (counting a delivery); without, they go to the dead-letter queue if
+// one is declared, or are discarded.
+func (s *Subscription) Nack(requeue bool, tags ...uint64) error {
+	if requeue {
+		return s.settle(tags, recRelease)
+	}
+	return s.settle(tags, recDiscard)
+}
+
+// settle groups tags by partition. Unknown and stale tags give ErrStaleTag
+// (joined), and never stop the others from settling.
+func (s *Subscription) settle(tags []uint64, kind byte) error {
+	byPart := make(map[*partition][]uint64)
+	var errs []error
+	s.mu.Lock()
+	for _, tag := range tags {
+		p, ok := s.held[tag]
+		if !ok {
+			errs = append(errs, fmt.Errorf("%w: tag %d", ErrStaleTag, tag))
+			continue
+		}
+		byPart[p] = append(byPart[p], tag)
+	}
+	s.mu.Unlock()
+	for p, ts := range byPart {
+		errs = append(errs, p.settle(s, ts, kind)...)
+	}
+	return errors.Join(errs...)
+}
+
+// Held is how many deliveries the subscription holds unsettled.
+func (s *Subscription) Held() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.held)
+}
+
+// Close ends the subscription; what it held unsettled becomes ready again
+// without counting a delivery.
+func (s *Subscription) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.q.removeSub(s)
+}
