@@ -118,13 +118,18 @@ func corruptPayload(gen int, i uint64) []byte {
 	return p[:corruptSize(i)]
 }
 
+// genEntry is record i of generation gen.
+func genEntry(gen int, i uint64) Entry {
+	return Entry{Type: byte(1 + i%200), Payload: corruptPayload(gen, i)}
+}
+
 // appendGeneration appends records from..to-1 of generation gen one at a
 // time and checks the offsets they took.
 func appendGeneration(t *testing.T, l *Log, gen int, from, to uint64) {
 	t.Helper()
 	ctx := testCtx(t)
 	for i := from; i < to; i++ {
-		res, err := l.Append(ctx, []Entry{{Type: byte(1 + i%200), Payload: corruptPayload(gen, i)}}, AfterFlush)
+		res, err := l.Append(ctx, []Entry{genEntry(gen, i)}, AfterFlush)
 		if err != nil {
 			t.Fatalf("append %d: %v", i, err)
 		}
@@ -147,8 +152,8 @@ func checkGenerations(t *testing.T, l *Log, split, end uint64) {
 		if r.Offset >= split {
 			gen = 1
 		}
-		if want := corruptPayload(gen, r.Offset); !bytes.Equal(r.Payload, want) || r.Type != byte(1+r.Offset%200) {
-			t.Fatalf("record %d: type %d payload %q, want generation %d %q", r.Offset, r.Type, r.Payload, gen, want)
+		if want := genEntry(gen, r.Offset); !bytes.Equal(r.Payload, want.Payload) || r.Type != want.Type {
+			t.Fatalf("record %d: type %d payload %q, want generation %d %q", r.Offset, r.Type, r.Payload, gen, want.Payload)
 		}
 	}
 }
@@ -498,5 +503,71 @@ func TestCorruptSealedHeader(t *testing.T) {
 		if err != nil || len(recs) != 1 || recs[0].Offset != o || !bytes.Equal(recs[0].Payload, corruptPayload(0, o)) {
 			t.Fatalf("read at %d outside the damaged segment: %d records, %v", o, len(recs), err)
 		}
+	}
+}
+
+// TestRecoverRecordAcrossScanChunk places a record header across the
+// boundary of the chunks a scan reads, with only zero bytes of it before the
+// boundary (the low bytes of its length). Those zeros must not read as the
+// clean end of the records: recovery of the active segment, and the lazy
+// index of the segment once it is sealed, must find every record after it.
+func TestRecoverRecordAcrossScanChunk(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		zeros int // bytes of the straddling header before the boundary, all zero
+		size  int // its payload size, whose low bytes are those zeros
+	}{
+		{"1 zero byte", 1, 256},
+		{"2 zero bytes", 2, 64 << 10},
+		{"4 zero bytes", 4, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs, dir := vfs.Default, t.TempDir()
+			ctx := testCtx(t)
+			opts := Options{SegmentSize: 4<<20 + 128<<10, TailCacheBytes: -1, BackgroundSyncInterval: -1, Logger: discardLogger()}
+			l := mustOpen(t, fs, dir, opts)
+			// The first scan chunk starts after the segment header: the
+			// first record fills it up to the straddling header's zeros.
+			want := []Record{
+				{Offset: 0, Type: 1, Payload: bytes.Repeat([]byte("a"), scanChunk-tc.zeros-recordHeaderSize)},
+				{Offset: 1, Type: 2, Payload: bytes.Repeat([]byte("b"), tc.size)},
+				{Offset: 2, Type: 3, Payload: []byte("after the boundary")},
+			}
+			for _, r := range want {
+				if _, err := l.Append(ctx, []Entry{{Type: r.Type, Payload: r.Payload}}, AfterFlush); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			l = mustOpen(t, fs, dir, opts)
+			if rep := l.Recovery(); rep.Stop != nil || rep.End != 3 {
+				t.Fatalf("recovery %+v, want a clean end at 3", rep)
+			}
+			checkRecords(t, "records after recovery", readAll(t, l, true), want)
+
+			// Seal the segment with a record that does not fit, and reopen
+			// so the sealed segment is indexed by a lazy scan.
+			big := Record{Offset: 3, Type: 4, Payload: bytes.Repeat([]byte("c"), 160<<10)}
+			want = append(want, big)
+			if _, err := l.Append(ctx, []Entry{{Type: big.Type, Payload: big.Payload}}, AfterFsync); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			l = mustOpen(t, fs, dir, opts)
+			defer l.Close()
+			if rep := l.Recovery(); rep.Segments != 2 || rep.End != 4 {
+				t.Fatalf("recovery %+v, want 2 segments ending at 4", rep)
+			}
+			recs, err := l.ReadDurable(2, 0)
+			if err != nil {
+				t.Fatalf("read past the boundary in the sealed segment: %v", err)
+			}
+			checkRecords(t, "record past the boundary", recs, want[2:3])
+			checkRecords(t, "records after sealing", readAll(t, l, true), want)
+		})
 	}
 }

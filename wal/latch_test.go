@@ -95,7 +95,7 @@ func TestLatch(t *testing.T) {
 			fs := errorfs.Wrap(vfs.NewMem(), fault)
 			const dir = "log"
 			opts := Options{SegmentSize: tc.segmentSize, BackgroundSyncInterval: -1, SyncBytesThreshold: -1,
-				Logger: slog.New(slog.DiscardHandler)}
+				TailCacheBytes: 64 << 10, Logger: slog.New(slog.DiscardHandler)}
 			l := mustOpen(t, fs, dir, opts)
 			for i := 0; i < durableRecs; i += 10 {
 				if _, err := l.Append(ctx, entries(i, 10, recSize), AfterFsync); err != nil {

@@ -45,7 +45,7 @@ func TestPowerLoss(t *testing.T) {
 	}
 	// A crash that keeps every unsynced byte is a process crash: recovery
 	// must keep everything written before it.
-	t.Run(fmt.Sprintf("unsynced-100/seed=%d", base), func(t *testing.T) {
+	t.Run(fmt.Sprintf("unsynced-100-seed=%d", base), func(t *testing.T) {
 		runPowerLoss(t, base, 100)
 	})
 }
@@ -67,15 +67,16 @@ func runPowerLoss(t *testing.T, seed int64, unsyncedPercent int) {
 		unsyncedPercent = []int{0, 50, 100}[rng.IntN(3)]
 	}
 	appenders := 4 + rng.IntN(5)
-	fsyncPercent := []int{10, 50}[rng.IntN(2)] // of the appends that ask for AfterFsync
+	fsyncPercent := []int{10, 50}[rng.IntN(2)] // share of the appends that ask for AfterFsync
 	crashAfter := 1 + rng.IntN(60)             // appends confirmed before the clone
+	syncInterval := []time.Duration{time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond}[rng.IntN(3)]
 	ctx := testCtx(t)
 	fs := vfs.NewCrashableMem()
 	const dir = "log"
 	opts := Options{
 		SegmentSize:            16 << 10,
 		IndexSpacing:           1 << 10,
-		BackgroundSyncInterval: []time.Duration{time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond}[rng.IntN(3)],
+		BackgroundSyncInterval: syncInterval,
 		SyncBytesThreshold:     8 << 10,
 		TailCacheBytes:         -1,
 		Logger:                 slog.New(slog.DiscardHandler),
@@ -176,9 +177,11 @@ func runPowerLoss(t *testing.T, seed int64, unsyncedPercent int) {
 	defer rl.Close()
 	rep := rl.Recovery()
 	written, durable := rl.WrittenNext(), rl.DurableNext()
-	t.Logf("unsynced %d%%, %d appenders (%d%% AfterFsync), %d appends (clone after %d), before the clone written %d durable %d fsync-confirmed %d; recovered %d (%d segments, stop %v, rewrote header %v)",
-		unsyncedPercent, appenders, fsyncPercent, len(appended), crashAfter, writtenBefore, durableBefore, fsyncNext,
-		written, rep.Segments, rep.Stop, rep.RewroteHeader)
+	t.Logf("unsynced %d%%, %d appenders (%d%% AfterFsync), sync interval %v, %d appends (clone after %d); "+
+		"before the clone written %d durable %d fsync-confirmed %d; "+
+		"recovered %d (%d segments, stop %v, rewrote header %v)",
+		unsyncedPercent, appenders, fsyncPercent, syncInterval, len(appended), crashAfter,
+		writtenBefore, durableBefore, fsyncNext, written, rep.Segments, rep.Stop, rep.RewroteHeader)
 	if written != durable {
 		t.Fatalf("recovered written %d, durable %d", written, durable)
 	}
@@ -226,7 +229,8 @@ func TestDirtyReopenSyncsBeforePublishing(t *testing.T) {
 		n       = 50
 		recSize = 100
 	)
-	opts := Options{BackgroundSyncInterval: -1, SyncBytesThreshold: -1, Logger: slog.New(slog.DiscardHandler)}
+	opts := Options{BackgroundSyncInterval: -1, SyncBytesThreshold: -1, TailCacheBytes: 64 << 10,
+		Logger: slog.New(slog.DiscardHandler)}
 	for _, tc := range []struct {
 		name        string
 		reopenFirst bool // reopen on the crashed FS before the power loss
@@ -297,7 +301,7 @@ func TestLoseUnsyncedOnNextOpen(t *testing.T) {
 			ctx := testCtx(t)
 			fs, dir := vfs.Default, t.TempDir()
 			opts := Options{SegmentSize: tc.segmentSize, BackgroundSyncInterval: -1, SyncBytesThreshold: -1,
-				Logger: slog.New(slog.DiscardHandler)}
+				TailCacheBytes: 64 << 10, Logger: slog.New(slog.DiscardHandler)}
 			l := mustOpen(t, fs, dir, opts)
 			for i := 0; i < durableRecs+flushedRecs; i += 10 {
 				d := AfterFsync

@@ -7,8 +7,13 @@ import (
 	"sort"
 )
 
-// minReadChunk is the least a read from a segment file brings in.
-const minReadChunk = 64 << 10
+// minReadChunk is the least a read from a segment file brings in, and
+// maxReadChunk the most (short of one larger record): a huge budget must not
+// size the buffer.
+const (
+	minReadChunk = 64 << 10
+	maxReadChunk = 1 << 20
+)
 
 // ReadWritten returns records from offset from up to the written frontier,
 // stopping before the record that would take the payload total past
@@ -92,7 +97,7 @@ func (l *Log) readSegment(offset, limit uint64, budget int) ([]Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	want := max(budget+recordHeaderSize, minReadChunk)
+	want := max(min(budget, maxReadChunk)+recordHeaderSize, minReadChunk)
 	for {
 		buf := make([]byte, want)
 		n, err := seg.file.ReadAt(buf, pos)

@@ -46,7 +46,10 @@ func scanSegment(f vfs.File, base, limit uint64, maxLen, spacing int) (scanResul
 				res.end++
 				continue
 			}
-			if status == decodeShort && !atEOF {
+			// A header cut by the chunk's end continues in the next chunk,
+			// even when its bytes so far are zeros (the low bytes of a length).
+			cutHeader := status == decodeEnd && len(chunk)-i < recordHeaderSize
+			if (status == decodeShort || cutHeader) && !atEOF {
 				break // the record continues in the next chunk
 			}
 			res.pos += int64(i)
