@@ -314,15 +314,14 @@ func (p *partition) dropLeaseLocked(l *lease) {
 }
 
 // settle applies a consumer's decision on tags it holds on this partition.
-// A tag this subscription does not hold is ErrStaleTag.
-func (p *partition) settle(sub *Subscription, tags []uint64, kind byte) []error {
-	errs := make([]error, len(tags))
+// It returns the tags this subscription does not hold here.
+func (p *partition) settle(sub *Subscription, tags []uint64, kind byte) (stale []uint64) {
 	var offs []uint64
 	p.mu.Lock()
-	for i, tag := range tags {
+	for _, tag := range tags {
 		l, ok := p.leases[tag]
 		if !ok || l.sub != sub {
-			errs[i] = fmt.Errorf("%w: tag %d", ErrStaleTag, tag)
+			stale = append(stale, tag)
 			continue
 		}
 		p.dropLeaseLocked(l)
@@ -333,7 +332,7 @@ func (p *partition) settle(sub *Subscription, tags []uint64, kind byte) []error 
 	}
 	p.mu.Unlock()
 	if len(offs) == 0 {
-		return errs
+		return stale
 	}
 	switch {
 	case kind == recDiscard && p.q.cfg.DeadLetter != "":
@@ -342,7 +341,7 @@ func (p *partition) settle(sub *Subscription, tags []uint64, kind byte) []error 
 		p.submit(settleEntries(kind, offs), p.logSettleError)
 	}
 	p.wake()
-	return errs
+	return stale
 }
 
 func settleEntries(kind byte, offs []uint64) []wal.Entry {

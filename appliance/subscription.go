@@ -1,7 +1,6 @@
 package appliance
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -108,25 +107,41 @@ func (s *Subscription) Nack(requeue bool, tags ...uint64) error {
 	return s.settle(tags, recDiscard)
 }
 
-// settle groups tags by partition. Unknown and stale tags give ErrStaleTag
-// (joined), and never stop the others from settling.
+// StaleTagsError lists the tags a settle could not apply: unknown, stale,
+// or held by another subscription. It matches ErrStaleTag.
+type StaleTagsError struct {
+	Tags []uint64
+}
+
+func (e *StaleTagsError) Error() string {
+	return fmt.Sprintf("%v: %d tag(s), first %d", ErrStaleTag, len(e.Tags), e.Tags[0])
+}
+
+// Is makes errors.Is(err, ErrStaleTag) true.
+func (e *StaleTagsError) Is(target error) bool { return target == ErrStaleTag }
+
+// settle groups tags by partition. Unknown and stale tags are reported in a
+// *StaleTagsError and never stop the others from settling.
 func (s *Subscription) settle(tags []uint64, kind byte) error {
 	byPart := make(map[*partition][]uint64)
-	var errs []error
+	var stale []uint64
 	s.mu.Lock()
 	for _, tag := range tags {
 		p, ok := s.held[tag]
 		if !ok {
-			errs = append(errs, fmt.Errorf("%w: tag %d", ErrStaleTag, tag))
+			stale = append(stale, tag)
 			continue
 		}
 		byPart[p] = append(byPart[p], tag)
 	}
 	s.mu.Unlock()
 	for p, ts := range byPart {
-		errs = append(errs, p.settle(s, ts, kind)...)
+		stale = append(stale, p.settle(s, ts, kind)...)
 	}
-	return errors.Join(errs...)
+	if len(stale) > 0 {
+		return &StaleTagsError{Tags: stale}
+	}
+	return nil
 }
 
 // Held is how many deliveries the subscription holds unsettled.
