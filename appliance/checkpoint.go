@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fibril-edge/fibril/wal"
 )
 
 // Checkpoints. A partition that applied anything is checkpointed
@@ -41,7 +43,7 @@ func (b *Broker) checkpointDirty() {
 			continue
 		default:
 		}
-		if err := b.checkpointPartition(p); err != nil && !errors.Is(err, ErrClosed) {
+		if err := b.checkpointPartition(p); err != nil && !errors.Is(err, wal.ErrClosed) {
 			b.log.Error("checkpoint failed", "queue", p.q.cfg.Name, "partition", p.idx, "err", err)
 		}
 	}

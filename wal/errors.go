@@ -34,6 +34,12 @@ var (
 	ErrHeadBeyondDurable = errors.New("wal: head cannot pass the durable frontier")
 	// ErrCorrupt is matched by every *CorruptionError.
 	ErrCorrupt = errors.New("wal: corrupt record")
+	// ErrNoSpace is returned by an append that needed a new segment when the
+	// file system had no room for it. Nothing was written and the log stays
+	// healthy: appends succeed again once space is freed. (A write that
+	// fails for want of space mid-segment latches the log instead, since it
+	// may have written part of a record.)
+	ErrNoSpace = errors.New("wal: no space for a new segment")
 	// ErrLocked is returned by Open when another process holds the log.
 	ErrLocked = errors.New("wal: log directory is locked by another user")
 )

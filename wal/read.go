@@ -157,7 +157,7 @@ func (l *Log) segmentFor(offset uint64) (*segment, error) {
 func (l *Log) locate(seg *segment, offset uint64) (int64, error) {
 	seg.mu.Lock()
 	if !seg.indexed {
-		res, err := scanSegment(seg.file, seg.base, seg.end, l.opts.MaxRecordSize, l.opts.IndexSpacing)
+		res, err := scanSegment(seg.file, seg.base, seg.end, l.opts.MaxRecordSize, l.opts.IndexSpacing, l.opts.SegmentSize)
 		if err != nil {
 			seg.mu.Unlock()
 			return 0, err

@@ -296,7 +296,7 @@ func (l *Log) recoverActive(base, limit uint64) (*segment, int64, uint64, error)
 		return fail(err)
 	}
 	// Step 5b: scan the records.
-	res, err := scanSegment(f, base, limit, l.opts.MaxRecordSize, l.opts.IndexSpacing)
+	res, err := scanSegment(f, base, limit, l.opts.MaxRecordSize, l.opts.IndexSpacing, l.opts.SegmentSize)
 	if err != nil {
 		return fail(err)
 	}
@@ -333,6 +333,7 @@ func (l *Log) createSegment(base uint64) (*segment, error) {
 	}
 	if err := preallocate(f, l.opts.Preallocate, segmentHeaderSize, l.opts.SegmentSize); err != nil {
 		_ = f.Close()
+		_ = l.fs.Remove(path) // never synced into the directory: nothing to keep
 		return nil, &StorageError{Op: fmt.Sprintf("preallocate segment %d", base), Err: err}
 	}
 	seg := newSegment(base, path, f)

@@ -23,9 +23,10 @@ type scanResult struct {
 // its header up to the first record that does not verify, a zero header,
 // the end of the file, or offset limit. It reads in large chunks with pread
 // and checks the checksum, the offset and the type of every record.
-func scanSegment(f vfs.File, base, limit uint64, maxLen, spacing int) (scanResult, error) {
+// chunk is the read size, at most scanChunk (smaller for small segments).
+func scanSegment(f vfs.File, base, limit uint64, maxLen, spacing int, chunk int64) (scanResult, error) {
 	res := scanResult{end: base, pos: segmentHeaderSize}
-	buf := make([]byte, scanChunk)
+	buf := make([]byte, max(min(chunk, scanChunk), 64<<10))
 	lastIndex := int64(-1 << 62)
 	for res.end < limit {
 		n, err := f.ReadAt(buf, res.pos)

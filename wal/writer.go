@@ -2,7 +2,9 @@ package wal
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -150,11 +152,8 @@ gather:
 		}
 		if w.pos+int64(len(w.buf))+int64(c.size) > w.opts.SegmentSize {
 			w.flush()
-			if !w.latched {
-				w.roll()
-			}
-			if w.latched {
-				w.complete(c, w.latchErr)
+			if err := w.roll(); err != nil {
+				w.complete(c, err)
 				continue
 			}
 		}
@@ -392,26 +391,35 @@ func (w *writer) syncInline() {
 // roll seals the active segment (syncing only it, inline) and starts a new
 // one at the next offset. Its header and directory entry sync with the next
 // sync.
-func (w *writer) roll() {
+func (w *writer) roll() error {
+	if w.latched {
+		return w.latchErr
+	}
 	w.syncInline()
 	if w.latched {
-		return
+		return w.latchErr
+	}
+	seg, err := w.l.createSegment(w.next)
+	if errors.Is(err, syscall.ENOSPC) {
+		// Nothing was written: refuse this append and stay healthy, so
+		// appends resume once space is freed.
+		return fmt.Errorf("%w: %w", ErrNoSpace, err)
+	}
+	if err != nil {
+		w.latch(err)
+		return w.latchErr
 	}
 	old := w.active
 	old.mu.Lock()
 	old.end = w.next
 	old.indexed = true
 	old.mu.Unlock()
-	seg, err := w.l.createSegment(w.next)
-	if err != nil {
-		w.latch(err)
-		return
-	}
 	w.l.segMu.Lock()
 	w.l.segs = append(w.l.segs, seg)
 	w.l.segMu.Unlock()
 	w.setActive(seg, segmentHeaderSize)
 	w.dirGen++
+	return nil
 }
 
 func (w *writer) setActive(seg *segment, pos int64) {
