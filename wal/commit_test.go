@@ -27,6 +27,10 @@ type syncProbe struct {
 
 	mu   sync.Mutex
 	gate chan struct{} // nil while open
+
+	// flush models the device's flush time on segment syncs (the in-memory
+	// FS syncs instantly, which no disk does).
+	flush time.Duration
 }
 
 func newSyncProbe(fs vfs.FS) (*syncProbe, vfs.FS) {
@@ -54,6 +58,9 @@ func (p *syncProbe) inject(op errorfs.Op) error {
 		default:
 		}
 		<-gate
+	}
+	if p.flush > 0 {
+		time.Sleep(p.flush)
 	}
 	return nil
 }
@@ -109,6 +116,7 @@ func TestGroupCommitSharesSyncs(t *testing.T) {
 	const appenders, perAppender = 64, 20
 	ctx := testCtx(t)
 	probe, fs := newSyncProbe(vfs.NewMem())
+	probe.flush = 500 * time.Microsecond
 	l := mustOpen(t, fs, "log", Options{BackgroundSyncInterval: -1, SyncBytesThreshold: -1})
 	defer l.Close()
 	openSyncs := probe.segSyncs.Load()

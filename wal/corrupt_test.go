@@ -442,9 +442,13 @@ func TestCorruptSealedRecord(t *testing.T) {
 				}
 			}
 			// A read from the segment's start returns what precedes the bad
-			// record, intact, and then reports it.
+			// record, intact; the next read, at the bad record, reports it.
 			recs, err = l.ReadDurable(base, 1<<20)
-			wantCorrupt(err, "read up to the bad record")
+			if err != nil {
+				t.Fatalf("read up to the bad record: %v", err)
+			}
+			_, err = l.ReadDurable(base+uint64(len(recs)), 1<<20)
+			wantCorrupt(err, "read at the bad record after the good ones")
 			if uint64(len(recs)) != bad.offset-base {
 				t.Fatalf("read from %d returned %d records, want the %d before the bad one", base, len(recs), bad.offset-base)
 			}

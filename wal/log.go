@@ -55,8 +55,9 @@ type Log struct {
 	durable frontier // DurableNext: covered by a completed fdatasync
 	epoch   atomic.Uint64
 
-	segMu sync.RWMutex // guards segs and head
+	segMu sync.RWMutex // guards segs, holes and head
 	segs  []*segment   // sorted by base; the last is the active segment
+	holes []Hole       // quarantined ranges, sorted
 	head  uint64
 
 	appendCh chan *Completion // unbuffered: a send means the writer took it

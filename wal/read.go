@@ -55,7 +55,10 @@ func (l *Log) read(from, limit uint64, maxBytes int) ([]Record, error) {
 		}
 		recs, err := l.readSegment(o, limit, maxBytes-total)
 		if err != nil {
-			return out, err
+			if len(out) > 0 {
+				return out, nil // the caller meets the error when it reads on
+			}
+			return nil, err
 		}
 		for _, rec := range recs {
 			if !fits(len(rec.Payload)) {
@@ -142,6 +145,9 @@ func (l *Log) segmentFor(offset uint64) (*segment, error) {
 	defer l.segMu.RUnlock()
 	if offset < l.head {
 		return nil, fmt.Errorf("wal: read at %d, head %d: %w", offset, l.head, ErrBeforeHead)
+	}
+	if h, ok := l.holeAtLocked(offset); ok {
+		return nil, &HoleError{Hole: h}
 	}
 	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].base > offset })
 	if i == 0 {

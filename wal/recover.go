@@ -34,8 +34,10 @@ type RecoveryReport struct {
 	RewroteHeader bool
 	// Corrupt lists sealed segments whose header did not verify; reads in
 	// their range fail with their CorruptionError.
-	Corrupt  []*CorruptionError
-	Duration time.Duration
+	Corrupt []*CorruptionError
+	// Quarantined lists the holes left by quarantined segments.
+	Quarantined []Hole
+	Duration    time.Duration
 }
 
 const lockName = "LOCK"
@@ -148,10 +150,12 @@ func (l *Log) recover() (*segment, int64, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("wal: list %s: %w", l.dir, err)
 	}
-	var bases []uint64
+	var bases, quarantined []uint64
 	for _, name := range names {
 		if base, ok := parseSegmentName(name); ok {
 			bases = append(bases, base)
+		} else if base, ok := parseQuarantinedName(name); ok {
+			quarantined = append(quarantined, base)
 		} else if strings.HasSuffix(name, tmpSuffix) {
 			if err := fs.Remove(fs.PathJoin(l.dir, name)); err != nil {
 				return nil, 0, fmt.Errorf("wal: remove leftover %s: %w", name, err)
@@ -211,12 +215,14 @@ func (l *Log) recover() (*segment, int64, error) {
 
 	// Step 4: open the sealed segments and check their headers.
 	for i, base := range bases[:len(bases)-1] {
-		seg, err := l.openSealed(base, bases[i+1])
+		seg, err := l.openSealed(base, nextBase(base, bases[i+1], quarantined))
 		if err != nil {
 			return nil, 0, err
 		}
 		l.segs = append(l.segs, seg)
 	}
+	l.holes = findHoles(l.fs, l.dir, quarantined, bases)
+	rep.Quarantined = l.holes
 
 	// Steps 5 to 7: scan, cut and sync the active segment.
 	base := bases[len(bases)-1]
@@ -388,4 +394,36 @@ func (l *Log) removeCutMarker(had bool) error {
 		return fmt.Errorf("wal: sync directory: %w", err)
 	}
 	return nil
+}
+
+// nextBase is where the sealed segment at base ends: the next segment or
+// quarantined segment after it.
+func nextBase(base, next uint64, quarantined []uint64) uint64 {
+	for _, q := range quarantined {
+		if q > base && q < next {
+			next = q
+		}
+	}
+	return next
+}
+
+// findHoles turns quarantined files into holes, each ending where the next
+// segment (or quarantined segment) starts.
+func findHoles(fs vfs.FS, dir string, quarantined, bases []uint64) []Hole {
+	var holes []Hole
+	for _, q := range quarantined {
+		to := ^uint64(0)
+		for _, b := range bases {
+			if b > q && b < to {
+				to = b
+			}
+		}
+		to = nextBase(q, to, quarantined)
+		if to == ^uint64(0) {
+			continue // past the active segment: nothing there to read
+		}
+		holes = append(holes, Hole{From: q, To: to, Path: fs.PathJoin(dir, segmentName(q)+".quarantined")})
+	}
+	sort.Slice(holes, func(a, b int) bool { return holes[a].From < holes[b].From })
+	return holes
 }
