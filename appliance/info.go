@@ -30,6 +30,14 @@ type QueueCounters struct {
 	RejectedFull    int64 // refused by the queue's limits
 	RejectedDisk    int64 // refused by the disk budget or free-space watermark
 	DroppedOverflow int64 // oldest messages dropped by the drop-oldest policy
+	LostQuarantined int64 // messages lost with segments quarantined since start
+}
+
+// Quarantined is a range of a partition's log set aside as corrupt.
+type Quarantined struct {
+	FromOffset, ToOffset uint64 // [From, To)
+	File                 string // the renamed segment file, kept for inspection
+	LostMessages         int64  // unsettled messages dropped with it, when known
 }
 
 // PartitionInfo reports one partition's log.
@@ -49,6 +57,7 @@ type PartitionInfo struct {
 	Messages        int64
 	Ready           int64
 	InFlight        int64
+	Quarantined     []Quarantined
 }
 
 // QueueInfo returns a queue's view.
@@ -73,6 +82,7 @@ func (q *queue) info(now time.Time) QueueInfo {
 		Published: c.published.Load(), Duplicates: c.duplicates.Load(), Expired: c.expired.Load(),
 		Discarded: c.discarded.Load(), DeadLettered: c.deadLettered.Load(),
 		RejectedFull: c.rejectedFull.Load(), RejectedDisk: c.rejectedDisk.Load(), DroppedOverflow: c.dropped.Load(),
+		LostQuarantined: c.lostQuarantined.Load(),
 	}
 	for _, p := range q.parts {
 		st := p.log.Status()
@@ -91,6 +101,9 @@ func (q *queue) info(now time.Time) QueueInfo {
 		p.mu.Lock()
 		pi.Messages = p.st.count
 		pi.Ready, pi.InFlight = p.st.readyCount()
+		for _, r := range p.quarantined {
+			pi.Quarantined = append(pi.Quarantined, Quarantined{FromOffset: r.Hole.From, ToOffset: r.Hole.To, File: r.Hole.Path, LostMessages: r.Lost})
+		}
 		p.mu.Unlock()
 		in.Messages += pi.Messages
 		in.Bytes += p.bytes.Load()

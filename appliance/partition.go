@@ -27,13 +27,14 @@ type partition struct {
 	submitMu sync.Mutex // serialises hand-off to the log so the applier sees offset order
 	applyCh  chan pendingAppend
 
-	mu     sync.Mutex // guards the fields below
-	st     *partitionState
-	leases map[uint64]*lease // by delivery tag
-	expiry leaseHeap
-	subs   []*Subscription
-	rr     int
-	dedupe []dedupeRecord // recent message ids, for snapshots
+	mu          sync.Mutex // guards the fields below
+	st          *partitionState
+	leases      map[uint64]*lease // by delivery tag
+	expiry      leaseHeap
+	subs        []*Subscription
+	rr          int
+	dedupe      []dedupeRecord // recent message ids, for snapshots
+	quarantined []quarantineRecord
 
 	batchMu     sync.Mutex // guards the publish batch fields below
 	pending     []pubReq
@@ -272,6 +273,9 @@ func (p *partition) deliver(d dispatch) {
 	var pub publishRecord
 	if err == nil {
 		pub, err = decodePublish(rec.Payload)
+	}
+	if err != nil && p.quarantineLive(err) {
+		return
 	}
 	if err != nil {
 		// Leave it leased: the lease expires and it is tried again.

@@ -46,7 +46,7 @@ type queue struct {
 
 type queueCounters struct {
 	published, duplicates, expired, discarded, deadLettered atomic.Int64
-	rejectedFull, rejectedDisk, dropped                     atomic.Int64
+	rejectedFull, rejectedDisk, dropped, lostQuarantined    atomic.Int64
 }
 
 type dedupeEntry struct {

@@ -41,16 +41,17 @@ func (b *Broker) openPartition(q *queue, idx int) (*partition, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, dedupe, over, err := b.rebuild(q, idx, log)
+	r, err := b.rebuild(q, idx, log)
 	if err != nil {
 		_ = log.Close()
 		return nil, err
 	}
-	q.restoreDedupe(dedupe, idx)
-	p := openPartition(q, idx, log, st)
-	p.dedupe = dedupe
-	if len(over) > 0 {
-		go p.deadLetter(over, "max-deliveries")
+	q.restoreDedupe(r.dedupe, idx)
+	p := openPartition(q, idx, log, r.st)
+	p.dedupe = r.dedupe
+	p.quarantined = r.quarantined
+	if len(r.over) > 0 {
+		go p.deadLetter(r.over, "max-deliveries")
 	}
 	return p, nil
 }
@@ -64,13 +65,20 @@ func walInterval(s Settings) time.Duration {
 	return s.syncInterval()
 }
 
-// rebuild loads the snapshot and replays the log after it. It returns the
-// state, the dedupe ids inside the window, and messages found past max
-// deliveries.
-func (b *Broker) rebuild(q *queue, idx int, log *wal.Log) (*partitionState, []dedupeRecord, []uint64, error) {
+// rebuilt is a partition's state after recovery.
+type rebuilt struct {
+	st          *partitionState
+	dedupe      []dedupeRecord     // ids published inside the dedupe window
+	over        []uint64           // messages found past max deliveries
+	quarantined []quarantineRecord // corrupt segments set aside
+}
+
+// rebuild loads the snapshot and replays the log after it. A corrupt sealed
+// segment is quarantined and its messages counted as lost; the rest serves.
+func (b *Broker) rebuild(q *queue, idx int, log *wal.Log) (rebuilt, error) {
 	snap, ok, err := b.meta.snapshot(q.cfg.Name, idx)
 	if err != nil {
-		return nil, nil, nil, err
+		return rebuilt{}, err
 	}
 	st := newPartitionState(log.Head())
 	var dedupe []dedupeRecord
@@ -87,18 +95,29 @@ func (b *Broker) rebuild(q *queue, idx int, log *wal.Log) (*partitionState, []de
 		st, dedupe = snap.restore(), snap.Dedupe
 	}
 	var over []uint64
+	var quarantined []quarantineRecord
+	for _, h := range log.Holes() { // quarantined at an earlier start
+		quarantined = append(quarantined, quarantineRecord{Hole: h, Lost: st.dropRange(h.From, h.To)})
+	}
 	for from := st.appliedNext; from < log.WrittenNext(); {
 		recs, err := log.ReadWritten(from, 4<<20)
+		if hole, ok := b.quarantineOnRead(q, idx, log, err); ok {
+			lost := st.dropRange(hole.From, hole.To)
+			st.appliedNext = max(st.appliedNext, hole.To)
+			quarantined = append(quarantined, quarantineRecord{Hole: hole, Lost: lost})
+			from = hole.To
+			continue
+		}
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("replay at %d: %w", from, err)
+			return rebuilt{}, fmt.Errorf("replay at %d: %w", from, err)
 		}
 		if len(recs) == 0 {
-			return nil, nil, nil, errors.New("replay read nothing below the written frontier")
+			return rebuilt{}, errors.New("replay read nothing below the written frontier")
 		}
 		for _, r := range recs {
 			eff, err := st.apply(r, q.cfg.MaxDeliveries)
 			if err != nil {
-				return nil, nil, nil, fmt.Errorf("replay: %w", err)
+				return rebuilt{}, fmt.Errorf("replay: %w", err)
 			}
 			switch {
 			case eff == effectOverLimit:
@@ -119,7 +138,7 @@ func (b *Broker) rebuild(q *queue, idx int, log *wal.Log) (*partitionState, []de
 			over = append(over, off)
 		}
 	}
-	return st, dedupe, over, nil
+	return rebuilt{st: st, dedupe: dedupe, over: over, quarantined: quarantined}, nil
 }
 
 // close stops the queue's partitions, syncing each log.

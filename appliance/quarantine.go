@@ -1,0 +1,80 @@
+package appliance
+
+import (
+	"errors"
+
+	"github.com/fibril-edge/fibril/wal"
+)
+
+// Quarantine. A corrupt record in a sealed segment of a partition log, met
+// while replaying or delivering, gets that segment renamed aside (never
+// deleted) by the log; its offsets become a hole. The partition drops the
+// messages it held there, counts them as lost, and serves everything else.
+// The log, QueueInfo and the metrics say what was quarantined and which
+// offsets it held.
+
+// quarantineRecord is one quarantined range and the messages lost with it.
+type quarantineRecord struct {
+	Hole wal.Hole
+	Lost int64 // unsettled messages dropped with it (known when it happened)
+}
+
+// quarantineOnRead looks at a read error: a hole is returned as is, and a
+// corrupt sealed segment is quarantined first. Anything else is not ours.
+func (b *Broker) quarantineOnRead(q *queue, idx int, log *wal.Log, err error) (wal.Hole, bool) {
+	var he *wal.HoleError
+	if errors.As(err, &he) {
+		return he.Hole, true
+	}
+	var ce *wal.CorruptionError
+	if !errors.As(err, &ce) {
+		return wal.Hole{}, false
+	}
+	hole, qerr := log.Quarantine(ce.Segment)
+	if qerr != nil {
+		b.log.Error("corrupt segment could not be quarantined", "queue", q.cfg.Name, "partition", idx,
+			"segment", ce.Segment, "corruption", ce, "err", qerr)
+		return wal.Hole{}, false
+	}
+	b.log.Error("QUARANTINED a corrupt segment: its messages are lost, the rest of the queue serves",
+		"queue", q.cfg.Name, "partition", idx, "from_offset", hole.From, "to_offset", hole.To,
+		"file", hole.Path, "corruption", ce)
+	return hole, true
+}
+
+// dropRange removes the unsettled messages in [from, to) and returns how
+// many there were.
+func (s *partitionState) dropRange(from, to uint64) int64 {
+	var lost int64
+	for off, m := range s.msgs {
+		if off >= from && off < to {
+			s.remove(m)
+			lost++
+		}
+	}
+	return lost
+}
+
+// quarantineLive handles corruption met while delivering: the segment is
+// quarantined and its messages leave the partition.
+func (p *partition) quarantineLive(err error) bool {
+	hole, ok := p.q.b.quarantineOnRead(p.q, p.idx, p.log, err)
+	if !ok {
+		return false
+	}
+	p.mu.Lock()
+	for tag, l := range p.leases {
+		if l.offset >= hole.From && l.offset < hole.To {
+			p.dropLeaseLocked(p.leases[tag])
+		}
+	}
+	lost := p.st.dropRange(hole.From, hole.To)
+	p.quarantined = append(p.quarantined, quarantineRecord{Hole: hole, Lost: lost})
+	p.count.Store(p.st.count)
+	p.bytes.Store(p.st.bytes)
+	p.mu.Unlock()
+	p.q.counters.lostQuarantined.Add(lost)
+	p.dirty.Store(true)
+	p.q.b.markDirty(p)
+	return true
+}
