@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/fibril-edge/fibril/wal"
 )
 
 // Options configure a broker. Zero fields take the documented defaults.
@@ -101,7 +102,7 @@ func Open(opts Options) (*Broker, error) {
 		ckptDirty: make(map[*partition]struct{}),
 	}
 	b.disk = diskGuard{fs: opts.FS, dir: opts.DataDir, budget: opts.DiskBudgetBytes, minFree: opts.MinFreeBytes}
-	if err := opts.FS.MkdirAll(opts.DataDir, 0o755); err != nil {
+	if err := wal.MkdirAllSynced(opts.FS, opts.DataDir); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
 	meta, err := openMeta(opts.FS.PathJoin(opts.DataDir, "meta"), opts.FS)

@@ -37,7 +37,10 @@ type QueueCounters struct {
 type Quarantined struct {
 	FromOffset, ToOffset uint64 // [From, To)
 	File                 string // the renamed segment file, kept for inspection
-	LostMessages         int64  // unsettled messages dropped with it, when known
+	// LostMessages counts the unsettled messages dropped with it when it was
+	// found while serving. Found by replay at start-up, its records were
+	// never read: the offset range bounds what was lost.
+	LostMessages int64
 }
 
 // PartitionInfo reports one partition's log.

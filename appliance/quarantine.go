@@ -69,7 +69,16 @@ func (p *partition) quarantineLive(err error) bool {
 		}
 	}
 	lost := p.st.dropRange(hole.From, hole.To)
-	p.quarantined = append(p.quarantined, quarantineRecord{Hole: hole, Lost: lost})
+	known := false
+	for i := range p.quarantined {
+		if p.quarantined[i].Hole.From == hole.From {
+			p.quarantined[i].Lost += lost
+			known = true
+		}
+	}
+	if !known {
+		p.quarantined = append(p.quarantined, quarantineRecord{Hole: hole, Lost: lost})
+	}
 	p.count.Store(p.st.count)
 	p.bytes.Store(p.st.bytes)
 	p.mu.Unlock()

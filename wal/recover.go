@@ -52,7 +52,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	start := time.Now()
 	fs := opts.FS
 	// Step 1: the directory and its lock.
-	if err := mkdirAllSynced(fs, dir); err != nil {
+	if err := MkdirAllSynced(fs, dir); err != nil {
 		return nil, err
 	}
 	lock, err := fs.Lock(fs.PathJoin(dir, lockName))
@@ -109,10 +109,10 @@ func Open(dir string, opts Options) (*Log, error) {
 	return l, nil
 }
 
-// mkdirAllSynced creates dir and its missing parents and syncs the parent
+// MkdirAllSynced creates dir and its missing parents and syncs the parent
 // of each directory it created, so that a power loss cannot take the new
 // directory, and the synced records in it, away.
-func mkdirAllSynced(fs vfs.FS, dir string) error {
+func MkdirAllSynced(fs vfs.FS, dir string) error {
 	var parents []string
 	for d := dir; fs.PathDir(d) != d; d = fs.PathDir(d) {
 		if _, err := fs.Stat(d); err == nil {
