@@ -28,6 +28,10 @@ func openMeta(dir string, fs vfs.FS) (*metaStore, error) {
 		Logger:       quietPebbleLogger{},
 	}
 	defer opts.Cache.Unref()
+	// Pebble's default compaction scheduler ticks every 100 ms for ever. This
+	// one (pebble's own, without the ticker) grants compactions when asked
+	// and when one finishes, so an idle broker does not wake.
+	opts.Experimental.CompactionScheduler = pebble.NewConcurrencyLimitSchedulerWithNoPeriodicGrantingForTest()
 	opts.EnsureDefaults()
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
