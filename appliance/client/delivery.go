@@ -1,0 +1,77 @@
+package client
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// Delivery is one message handed to a consumer. Settle it once, with Ack
+// or Nack (a handler in automatic mode settles by its return value).
+// Until it is settled it counts against the consumer's prefetch, and its
+// lease runs for the queue's ack deadline; past that the broker
+// redelivers the message and the tag is stale.
+type Delivery struct {
+	Queue      string
+	ID         string // the Message.ID it was published with
+	Headers    []Header
+	Body       []byte
+	Partition  int    // from 0
+	Offset     uint64 // in the partition's log; increasing within a partition
+	Deliveries int    // 1 on the first delivery, then 2, 3, …
+	Tag        uint64 // the broker's delivery tag, valid on this connection only
+
+	consumer *Consumer
+	conn     *conn // the connection it arrived on
+	settled  atomic.Bool
+}
+
+// Redelivered reports whether the message was delivered before.
+func (d *Delivery) Redelivered() bool { return d.Deliveries > 1 }
+
+// Header returns the value of the first header named key.
+func (d *Delivery) Header(key string) (string, bool) {
+	for _, h := range d.Headers {
+		if h.Key == key {
+			return h.Value, true
+		}
+	}
+	return "", false
+}
+
+// Ack settles the delivery as done: the message is removed from the
+// queue for good. Acks are batched: Ack only queues the tag for the
+// connection's writer, which sends it at once when idle and together with
+// others when busy. It returns ErrStaleDelivery if the delivery's
+// connection has ended or its Consumer is closed (the broker releases the
+// message for redelivery; nothing is sent), and ErrAlreadySettled on a
+// second settle. A tag the broker cannot settle (its lease expired) is
+// reported later to SubscribeOptions.OnError.
+func (d *Delivery) Ack() error { return d.settle(settleAck) }
+
+// Nack settles the delivery as not done: with requeue the broker releases
+// the message for redelivery (Deliveries one higher; past the queue's
+// MaxDeliveries it goes to the dead-letter queue); without, it discards
+// it (to the dead-letter queue if one is declared). Batched and with the
+// same errors as Ack.
+func (d *Delivery) Nack(requeue bool) error {
+	if requeue {
+		return d.settle(settleRequeue)
+	}
+	return d.settle(settleDiscard)
+}
+
+func (d *Delivery) settle(kind settleKind) error {
+	if d.consumer == nil {
+		return fmt.Errorf("%w: settle of a Delivery the client did not make", ErrInvalid)
+	}
+	if !d.settled.CompareAndSwap(false, true) {
+		return fmt.Errorf("client: tag %d: %w", d.Tag, ErrAlreadySettled)
+	}
+	if d.consumer.isClosed() {
+		return fmt.Errorf("client: tag %d (consumer closed): %w", d.Tag, ErrStaleDelivery)
+	}
+	if err := d.conn.settle(d.consumer.id, kind, d.Tag); err != nil {
+		return fmt.Errorf("client: tag %d (connection ended): %w", d.Tag, err)
+	}
+	return nil
+}

@@ -1,0 +1,165 @@
+package client
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/fibril-edge/fibril/appliance/wire"
+)
+
+// Header is one message header: Key is UTF-8 text, Value any bytes. A
+// message's headers keep their order, and keys may repeat.
+type Header = wire.Header
+
+// Message is what Publish sends.
+type Message struct {
+	// ID identifies the message for the queue's dedupe window: a publish
+	// with an ID stored within the window is confirmed as a Duplicate and
+	// not stored again. Set it to retry a publish safely. "" for none.
+	ID string
+	// Key picks the partition: equal keys go to the same partition, in
+	// publish order. "" lets the broker pick.
+	Key     string
+	Headers []Header
+	// Body is the payload. The client does not copy it: leave it unchanged
+	// until the publish is answered.
+	Body []byte
+}
+
+// Confirm says a message is stored at the queue's durability: handed to
+// the operating system for a buffered queue, synced to disk for a durable
+// one.
+type Confirm struct {
+	Partition int    // the partition it went to, from 0
+	Offset    uint64 // its offset in that partition's log
+	// Duplicate: the ID was already stored within the dedupe window;
+	// Partition and Offset are the original's and nothing new was stored.
+	Duplicate bool
+}
+
+// Future is the answer to a PublishAsync, available once Done is closed.
+// Every Future completes: with the Confirm, with the broker's error, or
+// with ErrConnectionLost or ErrClosed when the connection ends first.
+type Future struct {
+	done    chan struct{}
+	confirm Confirm
+	err     error
+}
+
+// Done is closed when the publish is answered.
+func (f *Future) Done() <-chan struct{} { return f.done }
+
+// Wait waits for the answer or for ctx to end. Ending ctx does not cancel
+// the publish.
+func (f *Future) Wait(ctx context.Context) (Confirm, error) {
+	select {
+	case <-f.done:
+		return f.confirm, f.err
+	case <-ctx.Done():
+		return Confirm{}, ctx.Err()
+	}
+}
+
+// Result waits for the answer (every Future completes) and returns it.
+// After Done is closed it returns at once.
+func (f *Future) Result() (Confirm, error) {
+	<-f.done
+	return f.confirm, f.err
+}
+
+func (f *Future) complete(c Confirm, err error) {
+	f.confirm, f.err = c, err
+	close(f.done)
+}
+
+func failedFuture(err error) *Future {
+	f := &Future{done: make(chan struct{})}
+	f.complete(Confirm{}, err)
+	return f
+}
+
+// Publish sends m to queue and waits for its Confirm. Confirms come
+// pipelined: many publishes from many goroutines share the connection
+// without waiting for each other.
+//
+// While the client is reconnecting, Publish waits for the connection until
+// ctx ends. If ctx ends, or the connection is lost (ErrConnectionLost),
+// after the message was sent, it may or may not be stored: publish it
+// again with the same Message.ID, and the queue's dedupe window makes a
+// repeat harmless. Broker refusals are *Error values: ErrNotFound (no such
+// queue), ErrQueueFull, ErrDiskFull, ErrUnavailable (worth retrying, see
+// IsRetryable), ErrTooLarge, ErrBadRequest.
+func (c *Client) Publish(ctx context.Context, queue string, m Message) (Confirm, error) {
+	f, err := c.publish(ctx, true, queue, m)
+	if err != nil {
+		return Confirm{}, err
+	}
+	cf, err := f.Wait(ctx)
+	if err != nil {
+		return Confirm{}, err
+	}
+	return cf, nil
+}
+
+// PublishAsync sends m to queue and returns at once with a Future for its
+// Confirm. Use it to keep many publishes in flight from one goroutine;
+// confirms for one partition come in publish order.
+//
+// PublishAsync waits only while Options.MaxInFlight publishes are
+// unanswered. It does not wait for a connection: while the client is
+// reconnecting the Future fails at once with ErrNotConnected (nothing was
+// sent). The Future fails with ErrConnectionLost if the connection ends
+// before the Confirm; as with Publish, the message may or may not be
+// stored then, and a retry with the same Message.ID is safe.
+func (c *Client) PublishAsync(queue string, m Message) *Future {
+	f, err := c.publish(context.Background(), false, queue, m)
+	if err != nil {
+		return failedFuture(err)
+	}
+	return f
+}
+
+// publish validates m, takes an in-flight slot and sends the Publish. The
+// Future it returns completes when the publish is answered; an error means
+// nothing was sent.
+func (c *Client) publish(ctx context.Context, wait bool, queue string, m Message) (*Future, error) {
+	p := &wire.Publish{Queue: queue, MessageID: m.ID, Key: m.Key, Headers: m.Headers, Body: m.Body}
+	if queue == "" {
+		return nil, fmt.Errorf("%w publish: empty queue name", ErrInvalid)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("%w publish to %s: %w", ErrInvalid, queue, err)
+	}
+	select {
+	case c.inflight <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("client: publish to %s: %w (waiting for an in-flight slot)", queue, ctx.Err())
+	case <-c.closing:
+		return nil, fmt.Errorf("client: publish to %s: %w", queue, ErrClosed)
+	}
+	f := &Future{done: make(chan struct{})}
+	err := c.send(ctx, wait, p, &p.Corr, func(cn *conn) error {
+		if n := wire.DeliverLen(p); n > cn.maxFrame {
+			return &Error{Code: wire.CodeTooLarge,
+				Message: fmt.Sprintf("message of %d bytes as a delivery exceeds the broker's frame limit of %d", n, cn.maxFrame)}
+		}
+		return nil
+	}, func(fr wire.Frame, err error) {
+		<-c.inflight
+		if err != nil {
+			f.complete(Confirm{}, fmt.Errorf("client: publish to %s: %w", queue, err))
+			return
+		}
+		cf, ok := fr.(*wire.Confirm)
+		if !ok {
+			f.complete(Confirm{}, fmt.Errorf("client: publish to %s: unexpected answer %s", queue, fr.Type()))
+			return
+		}
+		f.complete(Confirm{Partition: int(cf.Partition), Offset: cf.Offset, Duplicate: cf.Duplicate}, nil)
+	})
+	if err != nil {
+		<-c.inflight
+		return nil, fmt.Errorf("client: publish to %s: %w", queue, err)
+	}
+	return f, nil
+}
