@@ -23,7 +23,7 @@ type pubReq struct {
 
 // publish adds one encoded publish record to the partition's batch.
 func (p *partition) publish(rec []byte, done func(wal.AppendResult, error)) {
-	gap := p.q.b.publishGap(p.q.cfg.Durability)
+	gap := p.q.b.publishGap(p.q.cfg().Durability)
 	p.batchMu.Lock()
 	if p.batchClosed {
 		p.batchMu.Unlock()
@@ -56,7 +56,7 @@ func (p *partition) publish(rec []byte, done func(wal.AppendResult, error)) {
 // gapElapsed flushes once the gap has passed since the last arrival, or
 // waits out the rest of it.
 func (p *partition) gapElapsed() {
-	gap := p.q.b.publishGap(p.q.cfg.Durability)
+	gap := p.q.b.publishGap(p.q.cfg().Durability)
 	p.batchMu.Lock()
 	p.flushTimer = nil
 	if rest := gap - time.Since(p.lastArrival); rest > 0 && len(p.pending) < maxPublishBatch {

@@ -156,15 +156,15 @@ func (b *Broker) Declare(ctx context.Context, c QueueConfig) (DeclareResult, err
 		return DeclareResult{}, fmt.Errorf("%w: queue %s failed to open: %w", ErrUnavailable, c.Name, err)
 	}
 	if q, ok := b.queues[c.Name]; ok {
-		merged, err := q.cfg.merge(c)
+		merged, err := q.cfg().merge(c)
 		if err != nil {
 			return DeclareResult{}, err
 		}
-		if merged != q.cfg {
+		if merged != *q.cfg() {
 			if err := b.meta.putQueue(merged); err != nil {
 				return DeclareResult{}, err
 			}
-			q.cfg = merged
+			q.config.Store(&merged)
 		}
 		return declareResult(merged, false), nil
 	}

@@ -44,7 +44,7 @@ func (b *Broker) checkpointDirty() {
 		default:
 		}
 		if err := b.checkpointPartition(p); err != nil && !errors.Is(err, wal.ErrClosed) {
-			b.log.Error("checkpoint failed", "queue", p.q.cfg.Name, "partition", p.idx, "err", err)
+			b.log.Error("checkpoint failed", "queue", p.q.cfg().Name, "partition", p.idx, "err", err)
 		}
 	}
 }
@@ -67,6 +67,9 @@ func (b *Broker) Checkpoint(ctx context.Context) error {
 func (b *Broker) checkpointPartition(p *partition) error {
 	p.ckptMu.Lock()
 	defer p.ckptMu.Unlock()
+	if p.logClosed { // a timer checkpoint that lost the race with Close
+		return fmt.Errorf("checkpoint %s/%d: %w", p.q.cfg().Name, p.idx, wal.ErrClosed)
+	}
 	// 1. Capture at a boundary.
 	p.mu.Lock()
 	snap := p.st.capture()
@@ -78,14 +81,14 @@ func (b *Broker) checkpointPartition(p *partition) error {
 	defer cancel()
 	if err := p.log.Sync(ctx); err != nil {
 		p.dirty.Store(true)
-		return fmt.Errorf("checkpoint %s/%d: sync: %w", p.q.cfg.Name, p.idx, err)
+		return fmt.Errorf("checkpoint %s/%d: sync: %w", p.q.cfg().Name, p.idx, err)
 	}
 	if d := p.log.DurableNext(); d < snap.Boundary {
 		p.dirty.Store(true)
-		return fmt.Errorf("checkpoint %s/%d: durable %d below boundary %d", p.q.cfg.Name, p.idx, d, snap.Boundary)
+		return fmt.Errorf("checkpoint %s/%d: durable %d below boundary %d", p.q.cfg().Name, p.idx, d, snap.Boundary)
 	}
 	// 3. Store the snapshot.
-	if err := b.meta.putSnapshot(p.q.cfg.Name, p.idx, snap); err != nil {
+	if err := b.meta.putSnapshot(p.q.cfg().Name, p.idx, snap); err != nil {
 		p.dirty.Store(true)
 		return err
 	}
@@ -95,7 +98,7 @@ func (b *Broker) checkpointPartition(p *partition) error {
 		head = min(head, snap.Messages[0].offset)
 	}
 	if err := p.log.AdvanceHead(head); err != nil {
-		return fmt.Errorf("checkpoint %s/%d: retention: %w", p.q.cfg.Name, p.idx, err)
+		return fmt.Errorf("checkpoint %s/%d: retention: %w", p.q.cfg().Name, p.idx, err)
 	}
 	return nil
 }

@@ -1,12 +1,18 @@
 package appliance
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 func testCtx(t testing.TB) context.Context {
@@ -49,8 +55,164 @@ func (c *collector) next(t testing.TB, ctx context.Context) Delivery {
 	}
 }
 
-// none asserts that nothing is delivered while the broker settles: it
-// checks the channel after the partition dispatchers are idle.
+// empty reports whether no delivery is waiting in the collector.
 func (c *collector) empty() bool { return len(c.ch) == 0 }
 
 func body(i int) []byte { return []byte(fmt.Sprintf("message-%06d", i)) }
+
+// waitFor polls cond until it holds or ctx ends. It is for conditions that
+// have no event to wait on (counters applied by another goroutine); every
+// call has the generous deadline of ctx.
+func waitFor(t testing.TB, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		}
+	}
+}
+
+// info returns a queue's view or fails the test.
+func info(t testing.TB, b *Broker, name string) QueueInfo {
+	t.Helper()
+	in, err := b.QueueInfo(name)
+	if err != nil {
+		t.Fatalf("queue info %s: %v", name, err)
+	}
+	return in
+}
+
+// declare declares a queue or fails the test.
+func declare(t testing.TB, ctx context.Context, b *Broker, c QueueConfig) DeclareResult {
+	t.Helper()
+	r, err := b.Declare(ctx, c)
+	if err != nil {
+		t.Fatalf("declare %s: %v", c.Name, err)
+	}
+	return r
+}
+
+// publish publishes a body and fails the test if it is not confirmed.
+func publish(t testing.TB, ctx context.Context, b *Broker, queue string, m Message) Confirm {
+	t.Helper()
+	c, err := b.Publish(ctx, queue, m)
+	if err != nil {
+		t.Fatalf("publish to %s: %v", queue, err)
+	}
+	return c
+}
+
+// subscribe subscribes a collector or fails the test.
+func subscribe(t testing.TB, b *Broker, queue string, prefetch int) (*Subscription, *collector) {
+	t.Helper()
+	c := newCollector()
+	s, err := b.Subscribe(queue, SubscribeOptions{Prefetch: prefetch, Deliver: c.deliver})
+	if err != nil {
+		t.Fatalf("subscribe %s: %v", queue, err)
+	}
+	return s, c
+}
+
+// quiet waits until a queue has nothing in flight: no lease held and no
+// settle still being appended.
+func quiet(t testing.TB, ctx context.Context, b *Broker, queue string) QueueInfo {
+	t.Helper()
+	var in QueueInfo
+	waitFor(t, ctx, queue+" with nothing in flight", func() bool {
+		in = info(t, b, queue)
+		return in.InFlight == 0
+	})
+	return in
+}
+
+// lockedBuffer is an io.Writer for a slog handler shared by goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// capturingLogger returns a logger that writes text lines to the buffer.
+func capturingLogger() (*slog.Logger, *lockedBuffer) {
+	buf := &lockedBuffer{}
+	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
+}
+
+// quietLogger drops everything.
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// syncProbe wraps a file system to count sync calls on segment files (or
+// the files match picks) and, while its gate is shut, to hold them until
+// the gate opens.
+type syncProbe struct {
+	match    func(path string) bool
+	segSyncs atomic.Int64  // sync calls on matching files
+	held     chan struct{} // receives (without blocking) when a sync stops at the gate
+
+	mu   sync.Mutex
+	gate chan struct{} // nil while open
+}
+
+func newSyncProbe(fs vfs.FS) (*syncProbe, vfs.FS) {
+	return newSyncProbeFor(fs, func(path string) bool { return strings.HasSuffix(path, ".seg") })
+}
+
+func newSyncProbeFor(fs vfs.FS, match func(path string) bool) (*syncProbe, vfs.FS) {
+	p := &syncProbe{match: match, held: make(chan struct{}, 1)}
+	return p, errorfs.Wrap(fs, errorfs.InjectorFunc(p.inject))
+}
+
+func (p *syncProbe) inject(op errorfs.Op) error {
+	switch op.Kind {
+	case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+	default:
+		return nil
+	}
+	if !p.match(op.Path) {
+		return nil
+	}
+	p.segSyncs.Add(1)
+	p.mu.Lock()
+	gate := p.gate
+	p.mu.Unlock()
+	if gate != nil {
+		select {
+		case p.held <- struct{}{}:
+		default:
+		}
+		<-gate
+	}
+	return nil
+}
+
+// shut makes later segment syncs wait for open.
+func (p *syncProbe) shut() {
+	p.mu.Lock()
+	p.gate = make(chan struct{})
+	p.mu.Unlock()
+}
+
+// open releases the held syncs and lets later ones through.
+func (p *syncProbe) open() {
+	p.mu.Lock()
+	if p.gate != nil {
+		close(p.gate)
+		p.gate = nil
+	}
+	p.mu.Unlock()
+}

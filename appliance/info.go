@@ -73,8 +73,8 @@ func (b *Broker) QueueInfo(name string) (QueueInfo, error) {
 }
 
 func (q *queue) info(now time.Time) QueueInfo {
-	in := QueueInfo{Config: q.cfg}
-	if q.cfg.Durability == Buffered {
+	in := QueueInfo{Config: *q.cfg()}
+	if q.cfg().Durability == Buffered {
 		in.Warning = BufferedWarning
 	}
 	q.subsMu.Lock()

@@ -43,7 +43,8 @@ type partition struct {
 	flushing    bool
 	batchClosed bool
 
-	ckptMu sync.Mutex // one checkpoint of this partition at a time
+	ckptMu    sync.Mutex // one checkpoint of this partition at a time; guards logClosed
+	logClosed bool       // set by queue.close: later checkpoints find nothing to do
 
 	count, bytes atomic.Int64 // mirrors st.count and st.bytes for lock-free limit checks
 	dirty        atomic.Bool  // applied since the last checkpoint
@@ -82,7 +83,7 @@ func openPartition(q *queue, idx int, log *wal.Log, st *partitionState) *partiti
 		kick:    make(chan struct{}, 1),
 		closing: make(chan struct{}),
 	}
-	if q.cfg.Durability == Buffered {
+	if q.cfg().Durability == Buffered {
 		p.dur = wal.AfterFlush
 	}
 	p.count.Store(st.count)
@@ -137,7 +138,7 @@ func (p *partition) runApplier() {
 		if err == nil {
 			err = p.apply(res.First, pa.entries)
 		} else {
-			err = fmt.Errorf("%w: queue %s partition %d: %w", ErrUnavailable, p.q.cfg.Name, p.idx, err)
+			err = fmt.Errorf("%w: queue %s partition %d: %w", ErrUnavailable, p.q.cfg().Name, p.idx, err)
 		}
 		if pa.done != nil {
 			pa.done(res, err)
@@ -151,14 +152,15 @@ func (p *partition) apply(first uint64, entries []wal.Entry) error {
 	p.mu.Lock()
 	for i, e := range entries {
 		off := first + uint64(i)
-		eff, err := p.st.apply(wal.Record{Offset: off, Type: e.Type, Payload: e.Payload}, p.q.cfg.MaxDeliveries)
+		eff, err := p.st.apply(wal.Record{Offset: off, Type: e.Type, Payload: e.Payload}, p.q.cfg().MaxDeliveries)
 		if err != nil {
 			p.mu.Unlock()
-			return fmt.Errorf("queue %s partition %d: %w", p.q.cfg.Name, p.idx, err)
+			return fmt.Errorf("queue %s partition %d: %w", p.q.cfg().Name, p.idx, err)
 		}
 		switch eff {
-		case effectOverLimit:
-			over = append(over, off)
+		case effectOverLimit: // the record settles an earlier message: dead-letter that one
+			target, _ := decodeSettle(e.Payload) // apply decoded it already
+			over = append(over, target)
 		case effectReady:
 			if e.Type == recPublish {
 				p.rememberLocked(off)
@@ -180,7 +182,7 @@ func (p *partition) apply(first uint64, entries []wal.Entry) error {
 // rememberLocked keeps a published message id for the dedupe window.
 func (p *partition) rememberLocked(off uint64) {
 	m := p.st.msgs[off]
-	window := p.q.cfg.DedupeWindow
+	window := p.q.cfg().DedupeWindow
 	if m == nil || m.id == "" || window <= 0 {
 		return
 	}
@@ -253,7 +255,7 @@ func (p *partition) leaseReady(now time.Time) []dispatch {
 				sub.returnCredit()
 				return out
 			}
-			l := &lease{tag: p.q.b.nextTag.Add(1), sub: sub, offset: m.offset, deadline: now.Add(p.q.cfg.AckDeadline)}
+			l := &lease{tag: p.q.b.nextTag.Add(1), sub: sub, offset: m.offset, deadline: now.Add(p.q.cfg().AckDeadline)}
 			p.leases[l.tag] = l
 			heap.Push(&p.expiry, l)
 			sub.hold(l.tag, p)
@@ -279,12 +281,12 @@ func (p *partition) deliver(d dispatch) {
 	}
 	if err != nil {
 		// Leave it leased: the lease expires and it is tried again.
-		p.q.b.log.Error("cannot read message for delivery", "queue", p.q.cfg.Name,
+		p.q.b.log.Error("cannot read message for delivery", "queue", p.q.cfg().Name,
 			"partition", p.idx, "offset", d.offset, "err", err)
 		return
 	}
 	d.sub.push(Delivery{
-		Tag: d.tag, Queue: p.q.cfg.Name, Partition: p.idx, Offset: d.offset,
+		Tag: d.tag, Queue: p.q.cfg().Name, Partition: p.idx, Offset: d.offset,
 		Deliveries: d.deliveries, MessageID: pub.MessageID, Headers: pub.Headers,
 		Body: pub.Body, PublishedAt: pub.At,
 	})
@@ -339,8 +341,11 @@ func (p *partition) settle(sub *Subscription, tags []uint64, kind byte) (stale [
 		return stale
 	}
 	switch {
-	case kind == recDiscard && p.q.cfg.DeadLetter != "":
+	case kind == recDiscard && p.q.cfg().DeadLetter != "":
 		go p.deadLetter(offs, "rejected")
+	case kind == recDiscard:
+		p.q.counters.discarded.Add(int64(len(offs)))
+		p.submit(settleEntries(kind, offs), p.logSettleError)
 	default:
 		p.submit(settleEntries(kind, offs), p.logSettleError)
 	}
@@ -358,7 +363,7 @@ func settleEntries(kind byte, offs []uint64) []wal.Entry {
 
 func (p *partition) logSettleError(_ wal.AppendResult, err error) {
 	if err != nil {
-		p.q.b.log.Error("settle not recorded", "queue", p.q.cfg.Name, "partition", p.idx, "err", err)
+		p.q.b.log.Error("settle not recorded", "queue", p.q.cfg().Name, "partition", p.idx, "err", err)
 	}
 }
 
@@ -367,7 +372,7 @@ func (p *partition) logSettleError(_ wal.AppendResult, err error) {
 // dead-letter queue they are discarded. A copy that fails leaves the
 // message ready here.
 func (p *partition) deadLetter(offs []uint64, reason string) {
-	dlq := p.q.cfg.DeadLetter
+	dlq := p.q.cfg().DeadLetter
 	var settled []uint64
 	for _, off := range offs {
 		if dlq == "" {
@@ -382,12 +387,12 @@ func (p *partition) deadLetter(offs []uint64, reason string) {
 		if err == nil {
 			headers := append(append([]Header(nil), pub.Headers...),
 				Header{Key: "fibril-dead-letter-reason", Value: reason},
-				Header{Key: "fibril-dead-letter-queue", Value: p.q.cfg.Name},
+				Header{Key: "fibril-dead-letter-queue", Value: p.q.cfg().Name},
 				Header{Key: "fibril-dead-letter-offset", Value: fmt.Sprintf("%d/%d", p.idx, off)})
 			_, err = p.q.b.publishDeadLetter(dlq, Message{ID: pub.MessageID, Headers: headers, Body: pub.Body})
 		}
 		if err != nil {
-			p.q.b.log.Error("dead-letter copy failed; message stays ready", "queue", p.q.cfg.Name,
+			p.q.b.log.Error("dead-letter copy failed; message stays ready", "queue", p.q.cfg().Name,
 				"dead_letter", dlq, "offset", off, "err", err)
 			p.mu.Lock()
 			p.st.unlease(off)

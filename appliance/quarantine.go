@@ -32,12 +32,12 @@ func (b *Broker) quarantineOnRead(q *queue, idx int, log *wal.Log, err error) (w
 	}
 	hole, qerr := log.Quarantine(ce.Segment)
 	if qerr != nil {
-		b.log.Error("corrupt segment could not be quarantined", "queue", q.cfg.Name, "partition", idx,
+		b.log.Error("corrupt segment could not be quarantined", "queue", q.cfg().Name, "partition", idx,
 			"segment", ce.Segment, "corruption", ce, "err", qerr)
 		return wal.Hole{}, false
 	}
 	b.log.Error("QUARANTINED a corrupt segment: its messages are lost, the rest of the queue serves",
-		"queue", q.cfg.Name, "partition", idx, "from_offset", hole.From, "to_offset", hole.To,
+		"queue", q.cfg().Name, "partition", idx, "from_offset", hole.From, "to_offset", hole.To,
 		"file", hole.Path, "corruption", ce)
 	return hole, true
 }

@@ -29,10 +29,12 @@ type Confirm struct {
 
 // queue is a declared queue and its open partitions.
 type queue struct {
-	b     *Broker
-	cfg   QueueConfig
-	parts []*partition
-	rr    atomic.Uint64
+	b *Broker
+	// config is the declaration in effect. A re-declare replaces it while
+	// partitions read it, so it is swapped whole, never changed in place.
+	config atomic.Pointer[QueueConfig]
+	parts  []*partition
+	rr     atomic.Uint64
 
 	subsMu sync.Mutex
 	subs   map[*Subscription]struct{}
@@ -99,7 +101,7 @@ func (q *queue) size() (count, bytes int64) {
 
 // publish runs a publish through dedupe, limits and the partition's batch.
 func (q *queue) publish(m Message, now time.Time, done func(Confirm, error)) {
-	if m.ID != "" && q.cfg.DedupeWindow > 0 {
+	if m.ID != "" && q.cfg().DedupeWindow > 0 {
 		e, dup := q.dedupeLookup(m.ID, now)
 		if dup {
 			q.counters.duplicates.Add(1)
@@ -133,7 +135,7 @@ func (q *queue) publish(m Message, now time.Time, done func(Confirm, error)) {
 			return
 		}
 		q.counters.published.Add(1)
-		done(Confirm{Queue: q.cfg.Name, Partition: p.idx, Offset: res.First, Durability: q.cfg.Durability}, nil)
+		done(Confirm{Queue: q.cfg().Name, Partition: p.idx, Offset: res.First, Durability: q.cfg().Durability}, nil)
 	})
 }
 
@@ -143,14 +145,14 @@ func (q *queue) dedupeLookup(id string, now time.Time) (*dedupeEntry, bool) {
 	q.dedupeMu.Lock()
 	defer q.dedupeMu.Unlock()
 	n := 0
-	for n < len(q.order) && now.Sub(q.order[n].at) > q.cfg.DedupeWindow {
+	for n < len(q.order) && now.Sub(q.order[n].at) > q.cfg().DedupeWindow {
 		if e, ok := q.dedupe[q.order[n].id]; ok && e.at.Equal(q.order[n].at) {
 			delete(q.dedupe, q.order[n].id)
 		}
 		n++
 	}
 	q.order = q.order[n:]
-	if e, ok := q.dedupe[id]; ok && now.Sub(e.at) <= q.cfg.DedupeWindow {
+	if e, ok := q.dedupe[id]; ok && now.Sub(e.at) <= q.cfg().DedupeWindow {
 		return e, true
 	}
 	e := &dedupeEntry{at: now, done: make(chan struct{})}
@@ -174,7 +176,7 @@ func (q *queue) restoreDedupe(recs []dedupeRecord, partition int) {
 	defer q.dedupeMu.Unlock()
 	for _, r := range recs {
 		e := &dedupeEntry{at: r.At, done: make(chan struct{}),
-			confirm: Confirm{Queue: q.cfg.Name, Partition: partition, Offset: r.Offset, Durability: q.cfg.Durability}}
+			confirm: Confirm{Queue: q.cfg().Name, Partition: partition, Offset: r.Offset, Durability: q.cfg().Durability}}
 		close(e.done)
 		q.dedupe[r.ID] = e
 		q.order = append(q.order, dedupeKey{id: r.ID, at: r.At})
@@ -190,16 +192,16 @@ func (q *queue) makeRoom(p *partition, n int64) error {
 	}
 	count, bytes := q.size()
 	over := func() bool {
-		return (q.cfg.MaxMessages > 0 && count+1 > q.cfg.MaxMessages) ||
-			(q.cfg.MaxBytes > 0 && bytes+n > q.cfg.MaxBytes)
+		return (q.cfg().MaxMessages > 0 && count+1 > q.cfg().MaxMessages) ||
+			(q.cfg().MaxBytes > 0 && bytes+n > q.cfg().MaxBytes)
 	}
 	if !over() {
 		return nil
 	}
-	if q.cfg.Overflow != OverflowDropOldest || (q.cfg.MaxBytes > 0 && n > q.cfg.MaxBytes) {
+	if q.cfg().Overflow != OverflowDropOldest || (q.cfg().MaxBytes > 0 && n > q.cfg().MaxBytes) {
 		q.counters.rejectedFull.Add(1)
 		return fmt.Errorf("%w: queue %s holds %d messages, %d bytes (limits %d, %d)",
-			ErrQueueFull, q.cfg.Name, count, bytes, q.cfg.MaxMessages, q.cfg.MaxBytes)
+			ErrQueueFull, q.cfg().Name, count, bytes, q.cfg().MaxMessages, q.cfg().MaxBytes)
 	}
 	// Drop the oldest ready messages, starting with the target partition.
 	for _, pp := range append([]*partition{p}, q.parts...) {
@@ -216,7 +218,10 @@ func (q *queue) makeRoom(p *partition, n int64) error {
 	}
 	if over() {
 		q.counters.rejectedFull.Add(1)
-		return fmt.Errorf("%w: queue %s: nothing ready to drop", ErrQueueFull, q.cfg.Name)
+		return fmt.Errorf("%w: queue %s: nothing ready to drop", ErrQueueFull, q.cfg().Name)
 	}
 	return nil
 }
+
+// cfg is the declaration in effect.
+func (q *queue) cfg() *QueueConfig { return q.config.Load() }

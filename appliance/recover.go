@@ -3,6 +3,7 @@ package appliance
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -15,7 +16,8 @@ func (b *Broker) queueDir(name string) string {
 
 // openQueue opens every partition of a declared queue.
 func (b *Broker) openQueue(cfg QueueConfig) (*queue, error) {
-	q := &queue{b: b, cfg: cfg, subs: make(map[*Subscription]struct{}), dedupe: make(map[string]*dedupeEntry)}
+	q := &queue{b: b, subs: make(map[*Subscription]struct{}), dedupe: make(map[string]*dedupeEntry)}
+	q.config.Store(&cfg)
 	for i := 0; i < cfg.Partitions; i++ {
 		p, err := b.openPartition(q, i)
 		if err != nil {
@@ -30,13 +32,13 @@ func (b *Broker) openQueue(cfg QueueConfig) (*queue, error) {
 // openPartition opens a partition's log and rebuilds its state: the stored
 // snapshot, then every record after the snapshot's boundary.
 func (b *Broker) openPartition(q *queue, idx int) (*partition, error) {
-	dir := b.opts.FS.PathJoin(b.queueDir(q.cfg.Name), strconv.Itoa(idx))
+	dir := b.opts.FS.PathJoin(b.queueDir(q.cfg().Name), strconv.Itoa(idx))
 	log, err := wal.Open(dir, wal.Options{
 		FS:                     b.opts.FS,
 		SegmentSize:            b.opts.SegmentSize,
 		TailCacheBytes:         b.opts.TailCacheBytes,
 		BackgroundSyncInterval: walInterval(b.Settings()),
-		Logger:                 b.log.With("queue", q.cfg.Name, "partition", idx),
+		Logger:                 b.log.With("queue", q.cfg().Name, "partition", idx),
 	})
 	if err != nil {
 		return nil, err
@@ -76,7 +78,7 @@ type rebuilt struct {
 // rebuild loads the snapshot and replays the log after it. A corrupt sealed
 // segment is quarantined and its messages counted as lost; the rest serves.
 func (b *Broker) rebuild(q *queue, idx int, log *wal.Log) (rebuilt, error) {
-	snap, ok, err := b.meta.snapshot(q.cfg.Name, idx)
+	snap, ok, err := b.meta.snapshot(q.cfg().Name, idx)
 	if err != nil {
 		return rebuilt{}, err
 	}
@@ -87,10 +89,10 @@ func (b *Broker) rebuild(q *queue, idx int, log *wal.Log) (rebuilt, error) {
 		// Never written by this broker (it syncs before storing a
 		// snapshot); only a disk that lost synced data gets here.
 		b.log.Error("snapshot refers to records the log no longer has; replaying the log alone",
-			"queue", q.cfg.Name, "partition", idx, "boundary", snap.Boundary, "log_end", log.WrittenNext())
+			"queue", q.cfg().Name, "partition", idx, "boundary", snap.Boundary, "log_end", log.WrittenNext())
 	case ok && snap.Boundary < log.Head():
 		b.log.Error("snapshot is older than the log head; replaying the log alone",
-			"queue", q.cfg.Name, "partition", idx, "boundary", snap.Boundary, "head", log.Head())
+			"queue", q.cfg().Name, "partition", idx, "boundary", snap.Boundary, "head", log.Head())
 	case ok:
 		st, dedupe = snap.restore(), snap.Dedupe
 	}
@@ -115,14 +117,15 @@ func (b *Broker) rebuild(q *queue, idx int, log *wal.Log) (rebuilt, error) {
 			return rebuilt{}, errors.New("replay read nothing below the written frontier")
 		}
 		for _, r := range recs {
-			eff, err := st.apply(r, q.cfg.MaxDeliveries)
+			eff, err := st.apply(r, q.cfg().MaxDeliveries)
 			if err != nil {
 				return rebuilt{}, fmt.Errorf("replay: %w", err)
 			}
 			switch {
-			case eff == effectOverLimit:
-				over = append(over, r.Offset)
-			case r.Type == recPublish && q.cfg.DedupeWindow > 0:
+			case eff == effectOverLimit: // r settles an earlier message: dead-letter that one
+				target, _ := decodeSettle(r.Payload) // apply decoded it already
+				over = append(over, target)
+			case r.Type == recPublish && q.cfg().DedupeWindow > 0:
 				if m := st.msgs[r.Offset]; m != nil && m.id != "" {
 					dedupe = append(dedupe, dedupeRecord{ID: m.id, Offset: r.Offset, At: m.at})
 				}
@@ -130,10 +133,13 @@ func (b *Broker) rebuild(q *queue, idx int, log *wal.Log) (rebuilt, error) {
 		}
 		from = recs[len(recs)-1].Offset + 1
 	}
+	// A message that went past max deliveries and was then dead-lettered
+	// (its marker replayed too) is gone: only the ones left need it.
+	over = slices.DeleteFunc(over, func(off uint64) bool { return st.msgs[off] == nil })
 	// Messages restored past max deliveries are settling in the snapshot
 	// too: find them.
 	for off, m := range st.msgs {
-		if q.cfg.MaxDeliveries > 0 && int(m.deliveries) >= q.cfg.MaxDeliveries && m.status == msgReady {
+		if q.cfg().MaxDeliveries > 0 && int(m.deliveries) >= q.cfg().MaxDeliveries && m.status == msgReady {
 			m.status = msgSettling
 			over = append(over, off)
 		}
@@ -162,8 +168,15 @@ func (q *queue) close(b *Broker) error {
 				errs = append(errs, err)
 			}
 		}
-		if err := p.log.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close %s/%d: %w", q.cfg.Name, p.idx, err))
+		// Under ckptMu: a checkpoint in flight (timer or Checkpoint)
+		// finishes before the log closes, and so before Close closes
+		// the metadata store it writes to.
+		p.ckptMu.Lock()
+		p.logClosed = true
+		err := p.log.Close()
+		p.ckptMu.Unlock()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("close %s/%d: %w", q.cfg().Name, p.idx, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -67,7 +67,7 @@ func (b *Broker) UpdateSettings(s Settings) error {
 	for _, q := range b.queues {
 		for _, p := range q.parts {
 			if err := p.log.SetBackgroundSyncInterval(s.syncInterval()); err != nil {
-				return fmt.Errorf("apply settings to %s/%d: %w", q.cfg.Name, p.idx, err)
+				return fmt.Errorf("apply settings to %s/%d: %w", q.cfg().Name, p.idx, err)
 			}
 		}
 	}
