@@ -5,11 +5,16 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 FUZZTIME ?= 10s
 
-.PHONY: build test fuzz bench bench-log vet clean
+.PHONY: build run test fuzz bench bench-log vet clean
 
 build:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./tools/...
+
+# Build, then run the broker on its built-in config: the client protocol on
+# 127.0.0.1:7420, data under ./data. Ctrl-C shuts it down cleanly.
+run: build
+	./$(BIN)/fibrild
 
 vet:
 	$(GO) vet ./...

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/dgraph-io/ristretto/v2 v2.4.2
+	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/spf13/pflag v1.1.0
 	golang.org/x/sys v0.50.0
 )
@@ -31,7 +32,6 @@ require (
 	github.com/kr/text v0.2.0 // indirect
 	github.com/matttproud/golang_protobuf_extensions v1.0.4 // indirect
 	github.com/minio/minlz v1.0.1-0.20250507153514-87eb42fe8882 // indirect
-	github.com/pelletier/go-toml/v2 v2.4.3 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/prometheus/client_golang v1.16.0 // indirect
 	github.com/prometheus/client_model v0.3.0 // indirect

@@ -1,0 +1,187 @@
+package daemon
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+
+	"github.com/fibril-edge/fibril/appliance/wire"
+)
+
+// DefaultConfigPath is where an installed fibrild looks for its config.
+const DefaultConfigPath = "/etc/fibril/fibril.toml"
+
+//go:embed default.toml
+var defaultTOML []byte
+
+// DefaultTOML is the built-in config file, comments included.
+func DefaultTOML() []byte { return bytes.Clone(defaultTOML) }
+
+// Config is fibrild's configuration: fibril.toml. Every field's key is its
+// section and its toml tag, such as server.listen.
+type Config struct {
+	Server  ServerConfig  `toml:"server"`
+	Admin   AdminConfig   `toml:"admin"`
+	Storage StorageConfig `toml:"storage"`
+	Log     LogConfig     `toml:"log"`
+}
+
+// ServerConfig is the client protocol listener.
+type ServerConfig struct {
+	Listen    string   `toml:"listen" help:"client protocol address (host:port; port 0 picks a free one)"`
+	Tokens    []string `toml:"tokens" help:"accepted Hello tokens, comma-separated; empty: no authentication"`
+	TLSCert   string   `toml:"tls_cert" help:"TLS certificate (PEM file); with tls_key, serve TLS"`
+	TLSKey    string   `toml:"tls_key" help:"TLS private key (PEM file)"`
+	MaxFrame  Size     `toml:"max_frame" help:"largest protocol frame, read and sent (4KiB to 1GiB)"`
+	Heartbeat Duration `toml:"heartbeat" help:"heartbeat interval; a client silent for three is closed; 0s: off"`
+}
+
+// AdminConfig is reserved for the admin HTTP API and dashboard, which this
+// release does not serve yet. The key is accepted and validated so that
+// config files written now keep working.
+type AdminConfig struct {
+	Listen string `toml:"listen" help:"admin API address (reserved: not served by this release)"`
+}
+
+// StorageConfig is where and how queues are stored.
+type StorageConfig struct {
+	DataDir     string `toml:"data_dir" help:"directory for queue logs and metadata"`
+	SegmentSize Size   `toml:"segment_size" help:"size at which a queue log starts a new segment (1MiB to 4GiB)"`
+	TailCache   Size   `toml:"tail_cache" help:"recently written records kept in memory, per partition"`
+	DiskBudget  Size   `toml:"disk_budget" help:"most the data directory may hold; 0: no budget"`
+	MinFree     Size   `toml:"min_free" help:"refuse publishes below this much free disk; 0: off"`
+}
+
+// LogConfig is the daemon's logging.
+type LogConfig struct {
+	Level  string `toml:"level" help:"log level: debug, info, warn or error"`
+	Format string `toml:"format" help:"log format: text or json"`
+}
+
+// Default returns the built-in config (default.toml).
+func Default() Config {
+	var c Config
+	if err := decodeStrict(defaultTOML, &c); err != nil {
+		panic(fmt.Sprintf("daemon: built-in config does not parse: %v", err))
+	}
+	return c
+}
+
+// Parse reads a config file's contents over the built-in defaults: keys the
+// file leaves out keep their default. An unknown key is an error that
+// names it.
+func Parse(data []byte) (Config, error) {
+	c := Default()
+	if err := decodeStrict(data, &c); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Load reads the config file at path over the built-in defaults.
+func Load(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read config: %w", err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+func decodeStrict(data []byte, c *Config) error {
+	err := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields().Decode(c)
+	var missing *toml.StrictMissingError
+	var decodeErr *toml.DecodeError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &missing):
+		var keys []string
+		for _, e := range missing.Errors {
+			row, _ := e.Position()
+			keys = append(keys, fmt.Sprintf("%s (line %d)", strings.Join(e.Key(), "."), row))
+		}
+		return fmt.Errorf("unknown key %s", strings.Join(keys, ", "))
+	case errors.As(err, &decodeErr):
+		row, col := decodeErr.Position()
+		if key := strings.Join(decodeErr.Key(), "."); key != "" {
+			return fmt.Errorf("%s (line %d, column %d): %w", key, row, col, err)
+		}
+		return fmt.Errorf("line %d, column %d: %w", row, col, err)
+	}
+	return err
+}
+
+// WriteTOML writes the config as TOML, with tokens redacted.
+func (c Config) WriteTOML(w io.Writer) error {
+	redacted := make([]string, len(c.Server.Tokens)) // never nil: prints tokens = []
+	for i := range redacted {
+		redacted[i] = "<redacted>"
+	}
+	c.Server.Tokens = redacted
+	return toml.NewEncoder(w).Encode(c)
+}
+
+// Validate reports every value out of range, naming its key.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	checkAddr := func(key, addr string) {
+		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+			bad(key, "%q is not a host:port address", addr)
+		}
+	}
+	s := c.Server
+	checkAddr("server.listen", s.Listen)
+	for i, t := range s.Tokens {
+		if t == "" || len(t) > 65535 {
+			bad("server.tokens", "token %d is empty or longer than 65535 bytes", i+1)
+		}
+	}
+	if (s.TLSCert == "") != (s.TLSKey == "") {
+		bad("server.tls_cert", "tls_cert and tls_key go together: set both or neither")
+	}
+	if s.MaxFrame != 0 && (s.MaxFrame < wire.MinFrameLimit || s.MaxFrame > wire.MaxFrameLimit) {
+		bad("server.max_frame", "%v is out of range (4KiB to 1GiB)", s.MaxFrame)
+	}
+	if hb := time.Duration(s.Heartbeat); hb != 0 && (hb < time.Millisecond || hb > time.Hour) {
+		bad("server.heartbeat", "%v is out of range (1ms to 1h, or 0s for off)", hb)
+	}
+	if c.Admin.Listen != "" {
+		checkAddr("admin.listen", c.Admin.Listen)
+	}
+	st := c.Storage
+	if st.DataDir == "" {
+		bad("storage.data_dir", "must be set")
+	}
+	if st.SegmentSize != 0 && (st.SegmentSize < 1<<20 || st.SegmentSize > 4<<30) {
+		bad("storage.segment_size", "%v is out of range (1MiB to 4GiB)", st.SegmentSize)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level", "%q (want debug, info, warn or error)", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		bad("log.format", "%q (want text or json)", c.Log.Format)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("invalid config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,195 @@
+package daemon
+
+import (
+	"bytes"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefault(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("built-in config: %v", err)
+	}
+	want := Config{
+		Server: ServerConfig{Listen: "127.0.0.1:7420", Tokens: []string{}, MaxFrame: 16 << 20, Heartbeat: Duration(10 * time.Second)},
+		Admin:  AdminConfig{Listen: "127.0.0.1:7421"},
+		Storage: StorageConfig{DataDir: "./data", SegmentSize: 64 << 20, TailCache: 1 << 20,
+			MinFree: 64 << 20},
+		Log: LogConfig{Level: "info", Format: "text"},
+	}
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("built-in config\n got %+v\nwant %+v", c, want)
+	}
+}
+
+func TestParseOverDefaults(t *testing.T) {
+	c, err := Parse([]byte(`
+[server]
+listen = "0.0.0.0:7000"
+tokens = ["a", "b"]
+
+[storage]
+segment_size = "256MiB"
+disk_budget = 1073741824
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Server.Listen != "0.0.0.0:7000" || len(c.Server.Tokens) != 2 || c.Storage.SegmentSize != 256<<20 ||
+		c.Storage.DiskBudget != 1<<30 {
+		t.Fatalf("parsed %+v", c)
+	}
+	// Keys the file leaves out keep the built-in values.
+	if c.Storage.DataDir != "./data" || c.Log.Level != "info" || c.Server.Heartbeat != Duration(10*time.Second) {
+		t.Fatalf("defaults lost: %+v", c)
+	}
+}
+
+func TestParseErrorsNameTheKey(t *testing.T) {
+	for _, tc := range []struct{ file, want string }{
+		{"[server]\nlistn = \"x\"\n", "unknown key server.listn (line 2)"},
+		{"[sever]\nlisten = \"x\"\n", "unknown key sever"},
+		{"top = 1\n", "unknown key top"},
+		{"[storage]\nsegment_size = \"64 parsecs\"\n", "storage.segment_size"},
+		{"[server]\nheartbeat = \"soon\"\n", "server.heartbeat"},
+		{"[server]\nlisten = 7420\n", "server.listen"},
+		{"[server\n", "line 1"},
+	} {
+		_, err := Parse([]byte(tc.file))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: got %v, want an error mentioning %q", tc.file, err, tc.want)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		key    string
+		mutate func(*Config)
+	}{
+		{"server.listen", func(c *Config) { c.Server.Listen = "localhost" }},
+		{"server.tokens", func(c *Config) { c.Server.Tokens = []string{""} }},
+		{"server.tls_cert", func(c *Config) { c.Server.TLSCert = "cert.pem" }},
+		{"server.max_frame", func(c *Config) { c.Server.MaxFrame = 100 }},
+		{"server.heartbeat", func(c *Config) { c.Server.Heartbeat = Duration(time.Microsecond) }},
+		{"admin.listen", func(c *Config) { c.Admin.Listen = "nowhere" }},
+		{"storage.data_dir", func(c *Config) { c.Storage.DataDir = "" }},
+		{"storage.segment_size", func(c *Config) { c.Storage.SegmentSize = 4096 }},
+		{"log.level", func(c *Config) { c.Log.Level = "loud" }},
+		{"log.format", func(c *Config) { c.Log.Format = "xml" }},
+	} {
+		c := Default()
+		tc.mutate(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.key) {
+			t.Errorf("%s: got %v", tc.key, err)
+		}
+	}
+	c := Default()
+	c.Server.Heartbeat = 0
+	c.Server.MaxFrame = 0
+	if err := c.Validate(); err != nil {
+		t.Errorf("zero heartbeat and max frame: %v", err)
+	}
+}
+
+func TestSetEveryKey(t *testing.T) {
+	keys := Keys()
+	if len(keys) != 14 {
+		t.Fatalf("%d keys: %v", len(keys), keys)
+	}
+	values := map[string]string{
+		"server.listen": "127.0.0.1:0", "server.tokens": "a, b,", "server.tls_cert": "c.pem",
+		"server.tls_key": "k.pem", "server.max_frame": "1MiB", "server.heartbeat": "2s",
+		"admin.listen": "127.0.0.1:0", "storage.data_dir": "/tmp/x", "storage.segment_size": "8MiB",
+		"storage.tail_cache": "4KiB", "storage.disk_budget": "10GB", "storage.min_free": "0",
+		"log.level": "debug", "log.format": "json",
+	}
+	var c Config
+	for _, k := range keys {
+		if k.Help == "" {
+			t.Errorf("%s has no help text", k.Name)
+		}
+		v, ok := values[k.Name]
+		if !ok {
+			t.Fatalf("no test value for %s", k.Name)
+		}
+		if err := c.Set(k.Name, v); err != nil {
+			t.Fatalf("set %s: %v", k.Name, err)
+		}
+	}
+	want := Config{
+		Server: ServerConfig{Listen: "127.0.0.1:0", Tokens: []string{"a", "b"}, TLSCert: "c.pem", TLSKey: "k.pem",
+			MaxFrame: 1 << 20, Heartbeat: Duration(2 * time.Second)},
+		Admin:   AdminConfig{Listen: "127.0.0.1:0"},
+		Storage: StorageConfig{DataDir: "/tmp/x", SegmentSize: 8 << 20, TailCache: 4 << 10, DiskBudget: 10e9},
+		Log:     LogConfig{Level: "debug", Format: "json"},
+	}
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("after Set\n got %+v\nwant %+v", c, want)
+	}
+	if err := c.Set("server.port", "1"); err == nil {
+		t.Error("Set accepted an unknown key")
+	}
+	if err := c.Set("storage.tail_cache", "lots"); err == nil || !strings.Contains(err.Error(), "storage.tail_cache") {
+		t.Errorf("bad size: %v", err)
+	}
+	// Defaults, as flags show them.
+	for _, k := range keys {
+		if k.Name == "storage.segment_size" && k.Default != "64MiB" {
+			t.Errorf("segment_size default %q", k.Default)
+		}
+	}
+}
+
+func TestWriteTOMLRoundTrip(t *testing.T) {
+	c := Default()
+	c.Server.Tokens = []string{"secret"}
+	c.Storage.DiskBudget = 3 << 30
+	var buf bytes.Buffer
+	if err := c.WriteTOML(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "secret") {
+		t.Fatalf("token printed:\n%s", buf.String())
+	}
+	if c.Server.Tokens[0] != "secret" {
+		t.Fatal("WriteTOML changed the config it printed")
+	}
+	back, err := Parse(buf.Bytes())
+	if err != nil {
+		t.Fatalf("printed config does not parse: %v\n%s", err, buf.String())
+	}
+	back.Server.Tokens = c.Server.Tokens
+	if !reflect.DeepEqual(back, c) {
+		t.Fatalf("round trip\n got %+v\nwant %+v\n%s", back, c, buf.String())
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Size
+	}{
+		{"0", 0}, {"4096", 4096}, {"64MiB", 64 << 20}, {"64 MiB", 64 << 20}, {"1kib", 1024},
+		{"1GB", 1e9}, {"7B", 7}, {"2TiB", 2 << 40}, {"1_048_576", 1 << 20},
+	} {
+		got, err := ParseSize(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "-1", "1.5MiB", "12 parsecs", "99999999999TiB"} {
+		if _, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) accepted it", in)
+		}
+	}
+	for _, s := range []Size{0, 1, 1023, 1024, 3 << 20, 5 << 30, 1e9} {
+		back, err := ParseSize(s.String())
+		if err != nil || back != s {
+			t.Errorf("%d prints as %q, which reads back as %d, %v", int64(s), s, back, err)
+		}
+	}
+}

@@ -1,0 +1,221 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/appliance/wire"
+)
+
+const closingMessage = "the connection is closing; send no new requests"
+
+// handle acts on one frame read after the Hello. It returns false when the
+// connection must end.
+func (c *conn) handle(f wire.Frame) bool {
+	switch f := f.(type) {
+	case *wire.Heartbeat:
+		return true
+	case *wire.Goodbye:
+		c.log.Debug("client said goodbye", "reason", clip(f.Reason, 256))
+		c.goodbye()
+		return true
+	case *wire.Declare:
+		return c.request(f.Corr, func() wire.Frame { return c.declare(f) })
+	case *wire.Publish:
+		return c.publish(f)
+	case *wire.Subscribe:
+		return c.request(f.Corr, func() wire.Frame { return c.subscribe(f) })
+	case *wire.Unsubscribe:
+		return c.request(f.Corr, func() wire.Frame { return c.unsubscribe(f) })
+	case *wire.Credit:
+		if s, ok := c.subs[f.SubID]; ok && f.Credit > 0 {
+			s.sub.AddCredit(int(f.Credit))
+		}
+		return true
+	case *wire.Ack:
+		c.settle(f.SubID, f.Tags, func(s *appliance.Subscription) error { return s.Ack(f.Tags...) })
+		return true
+	case *wire.Nack:
+		c.settle(f.SubID, f.Tags, func(s *appliance.Subscription) error { return s.Nack(f.Requeue, f.Tags...) })
+		return true
+	case *wire.Hello:
+		c.violation(wire.CodeBadRequest, "a second Hello")
+		return false
+	}
+	c.violation(wire.CodeBadRequest, fmt.Sprintf("%s is a server-to-client frame", f.Type()))
+	return false
+}
+
+// request runs a synchronous request (Declare, Subscribe, Unsubscribe) and
+// queues its reply (run returns nil if it queued the reply itself).
+func (c *conn) request(corr uint64, run func() wire.Frame) bool {
+	if corr == 0 {
+		c.violation(wire.CodeBadRequest, "a request must have a non-zero Corr")
+		return false
+	}
+	if !c.begin() {
+		c.push(&wire.Error{Corr: corr, Code: wire.CodeUnavailable, Message: closingMessage})
+		return true
+	}
+	defer c.end()
+	if reply := run(); reply != nil {
+		c.push(reply)
+	}
+	return true
+}
+
+func (c *conn) declare(f *wire.Declare) wire.Frame {
+	if f.MaxBytes > math.MaxInt64 || f.MaxMessages > math.MaxInt64 {
+		return &wire.Error{Corr: f.Corr, Code: wire.CodeBadRequest, Message: "MaxBytes and MaxMessages must be below 2^63"}
+	}
+	res, err := c.s.b.Declare(context.Background(), appliance.QueueConfig{
+		Name:          f.Queue,
+		Durability:    appliance.Durability(f.Durability),
+		Partitions:    int(f.Partitions),
+		DeadLetter:    f.DeadLetter,
+		MaxDeliveries: int(f.MaxDeliveries),
+		AckDeadline:   time.Duration(f.AckDeadlineMillis) * time.Millisecond,
+		MaxBytes:      int64(f.MaxBytes),
+		MaxMessages:   int64(f.MaxMessages),
+		Overflow:      appliance.Overflow(f.Overflow),
+		DedupeWindow:  time.Duration(f.DedupeWindowMillis) * time.Millisecond,
+	})
+	if err != nil {
+		return c.errorFrame(f.Corr, err)
+	}
+	return &wire.Declared{
+		Corr:       f.Corr,
+		Queue:      res.Config.Name,
+		Durability: wire.Durability(res.Config.Durability),
+		Partitions: uint16(res.Config.Partitions),
+		Created:    res.Created,
+		Warning:    res.Warning,
+	}
+}
+
+// publish hands a message to the broker; its Confirm or Error is queued
+// from the broker's callback, so many publishes are in flight at once.
+func (c *conn) publish(f *wire.Publish) bool {
+	if f.Corr == 0 {
+		c.violation(wire.CodeBadRequest, "a request must have a non-zero Corr")
+		return false
+	}
+	if !c.begin() {
+		c.push(&wire.Error{Corr: f.Corr, Code: wire.CodeUnavailable, Message: closingMessage})
+		return true
+	}
+	if n := wire.DeliverLen(f); n > c.s.opts.MaxFrame {
+		c.push(&wire.Error{Corr: f.Corr, Code: wire.CodeTooLarge,
+			Message: fmt.Sprintf("the message needs a %d-byte Deliver frame; the limit is %d", n, c.s.opts.MaxFrame)})
+		c.end()
+		return true
+	}
+	corr := f.Corr
+	m := appliance.Message{ID: f.MessageID, Key: f.Key, Headers: toHeaders(f.Headers), Body: f.Body}
+	c.s.b.PublishAsync(f.Queue, m, func(cf appliance.Confirm, err error) {
+		defer c.end()
+		defer c.recoverPanic("publish callback")
+		if err != nil {
+			c.push(c.errorFrame(corr, err))
+			return
+		}
+		c.push(&wire.Confirm{Corr: corr, Partition: uint16(cf.Partition), Offset: cf.Offset, Duplicate: cf.Duplicate})
+	})
+	return true
+}
+
+func (c *conn) subscribe(f *wire.Subscribe) wire.Frame {
+	if _, dup := c.subs[f.SubID]; dup {
+		return &wire.Error{Corr: f.Corr, Code: wire.CodeBadRequest,
+			Message: fmt.Sprintf("subscription %d is already active on this connection", f.SubID)}
+	}
+	s := &subscription{c: c, id: f.SubID}
+	// Hold s until Subscribed is queued: the broker may deliver at once,
+	// and Subscribed must go out first.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub, err := c.s.b.Subscribe(f.Queue, appliance.SubscribeOptions{Prefetch: int(f.Prefetch), Deliver: s.deliver})
+	if err != nil {
+		return c.errorFrame(f.Corr, err)
+	}
+	s.sub = sub
+	c.subs[f.SubID] = s
+	var parts uint16
+	if info, err := c.s.b.QueueInfo(f.Queue); err == nil {
+		parts = uint16(info.Config.Partitions)
+	}
+	c.push(&wire.Subscribed{Corr: f.Corr, SubID: f.SubID, Partitions: parts})
+	return nil
+}
+
+func (c *conn) unsubscribe(f *wire.Unsubscribe) wire.Frame {
+	s, ok := c.subs[f.SubID]
+	if !ok {
+		return &wire.Error{Corr: f.Corr, Code: wire.CodeNotFound,
+			Message: fmt.Sprintf("no subscription %d on this connection", f.SubID)}
+	}
+	delete(c.subs, f.SubID)
+	s.end()
+	return &wire.Unsubscribed{Corr: f.Corr, SubID: f.SubID}
+}
+
+// settle applies an Ack or Nack and answers every tag that could not be
+// settled with a SettleError.
+func (c *conn) settle(subID uint32, tags []uint64, apply func(*appliance.Subscription) error) {
+	if len(tags) == 0 {
+		return
+	}
+	s, ok := c.subs[subID]
+	if !ok {
+		msg := fmt.Sprintf("subscription %d is not active on this connection", subID)
+		for _, t := range tags {
+			c.push(&wire.SettleError{SubID: subID, Tag: t, Code: wire.CodeStaleTag, Message: msg})
+		}
+		return
+	}
+	err := apply(s.sub)
+	if err == nil {
+		return
+	}
+	var stale *appliance.StaleTagsError
+	if errors.As(err, &stale) {
+		for _, t := range stale.Tags {
+			c.push(&wire.SettleError{SubID: subID, Tag: t, Code: wire.CodeStaleTag,
+				Message: fmt.Sprintf("tag %d is unknown, stale or already settled on subscription %d", t, subID)})
+		}
+		return
+	}
+	code, msg := codeOf(err), clip(err.Error(), 1024)
+	if code == wire.CodeInternal {
+		c.log.Error("settle failed", "sub", subID, "err", err)
+	}
+	for _, t := range tags {
+		c.push(&wire.SettleError{SubID: subID, Tag: t, Code: code, Message: msg})
+	}
+}
+
+func toHeaders(hs []wire.Header) []appliance.Header {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]appliance.Header, len(hs))
+	for i, h := range hs {
+		out[i] = appliance.Header{Key: h.Key, Value: h.Value}
+	}
+	return out
+}
+
+func fromHeaders(hs []appliance.Header) []wire.Header {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]wire.Header, len(hs))
+	for i, h := range hs {
+		out[i] = wire.Header{Key: h.Key, Value: h.Value}
+	}
+	return out
+}

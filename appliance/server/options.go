@@ -1,0 +1,123 @@
+package server
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fibril-edge/fibril/appliance/wire"
+)
+
+// Defaults of the zero Options.
+const (
+	DefaultAddr         = "127.0.0.1:7420"
+	DefaultHeartbeat    = 10 * time.Second
+	DefaultHelloTimeout = 10 * time.Second
+	DefaultFrameTimeout = 30 * time.Second
+	DefaultWriteTimeout = 10 * time.Second
+)
+
+// Options configure a Server. The zero value of every field means its
+// default.
+type Options struct {
+	// Addr is the TCP address ListenAndServe listens on. Default
+	// 127.0.0.1:7420.
+	Addr string
+	// Tokens are the accepted Hello tokens, compared in constant time.
+	// Empty: no authentication (any token is accepted).
+	Tokens []string
+	// TLS, when set, makes every connection TLS from its first byte.
+	TLS *tls.Config
+	// MaxFrame is the largest frame length the server reads and sends,
+	// announced in HelloOK. Default wire.DefaultMaxFrame (16 MiB); from
+	// wire.MinFrameLimit (4 KiB) to wire.MaxFrameLimit (1 GiB).
+	MaxFrame int
+	// Heartbeat is the interval H announced in HelloOK: the server sends a
+	// Heartbeat when it has sent nothing for H, and closes a connection
+	// silent for 3 × H. Default 10 s; negative turns heartbeats and the
+	// silence check off. At least 1 ms, at most 1 hour.
+	Heartbeat time.Duration
+	// HelloTimeout is how long a new connection has to complete its Hello
+	// (and its TLS handshake). Default 10 s.
+	HelloTimeout time.Duration
+	// FrameTimeout is how long a frame may take to arrive once its first
+	// byte has: a guard against peers that trickle bytes. Default 30 s.
+	FrameTimeout time.Duration
+	// WriteTimeout bounds how long the server waits for a client that does
+	// not read: a write that makes no progress for this long, or replies
+	// that stay queued past it, close the connection. Default 10 s.
+	WriteTimeout time.Duration
+	// Logger receives the server's logs. Default slog.Default().
+	Logger *slog.Logger
+	// ServerName is sent in HelloOK. Default the host name, or "fibril".
+	ServerName string
+}
+
+// Validate reports every value out of range.
+func (o Options) Validate() error {
+	var errs []error
+	if o.MaxFrame != 0 && (o.MaxFrame < wire.MinFrameLimit || o.MaxFrame > wire.MaxFrameLimit) {
+		errs = append(errs, fmt.Errorf("max frame %d out of range [%d, %d]", o.MaxFrame, wire.MinFrameLimit, wire.MaxFrameLimit))
+	}
+	if o.Heartbeat > 0 && (o.Heartbeat < time.Millisecond || o.Heartbeat > time.Hour) {
+		errs = append(errs, fmt.Errorf("heartbeat %v out of range [1ms, 1h] (negative turns it off)", o.Heartbeat))
+	}
+	for name, d := range map[string]time.Duration{
+		"hello timeout": o.HelloTimeout, "frame timeout": o.FrameTimeout, "write timeout": o.WriteTimeout,
+	} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
+		}
+	}
+	for i, t := range o.Tokens {
+		if t == "" || len(t) > math.MaxUint16 {
+			errs = append(errs, fmt.Errorf("token %d: length %d (want 1 to %d bytes)", i+1, len(t), math.MaxUint16))
+		}
+	}
+	if len(o.ServerName) > 255 || !utf8.ValidString(o.ServerName) {
+		errs = append(errs, errors.New("server name must be UTF-8, at most 255 bytes"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("server options: %w", err)
+	}
+	return nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.Addr == "" {
+		o.Addr = DefaultAddr
+	}
+	if o.MaxFrame == 0 {
+		o.MaxFrame = wire.DefaultMaxFrame
+	}
+	if o.Heartbeat == 0 {
+		o.Heartbeat = DefaultHeartbeat
+	}
+	if o.Heartbeat < 0 {
+		o.Heartbeat = 0
+	}
+	if o.HelloTimeout == 0 {
+		o.HelloTimeout = DefaultHelloTimeout
+	}
+	if o.FrameTimeout == 0 {
+		o.FrameTimeout = DefaultFrameTimeout
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.ServerName == "" {
+		o.ServerName = "fibril"
+		if h, err := os.Hostname(); err == nil && h != "" && len(h) <= 255 && utf8.ValidString(h) {
+			o.ServerName = h
+		}
+	}
+	return o
+}

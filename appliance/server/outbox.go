@@ -1,0 +1,116 @@
+package server
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/fibril-edge/fibril/appliance/wire"
+)
+
+// Outbox limits. Over the soft limit the reader stops reading until the
+// writer catches up; past the hard limit the connection is closed, since
+// its client is not reading what it asked for.
+const (
+	softFrames = 512
+	softBytes  = 1 << 20
+	hardFrames = 1 << 16
+	hardBytes  = 64 << 20 // or 4 × MaxFrame, if larger
+)
+
+// outFrame is one queued frame. A closing frame (frame may be nil) ends
+// the connection: the writer sends it, flushes, and shuts its side down.
+type outFrame struct {
+	frame   wire.Frame
+	size    int
+	closing bool
+}
+
+// outbox is a connection's outbound queue: many producers (the reader and
+// broker callbacks), one consumer (the writer).
+type outbox struct {
+	mu      sync.Mutex // guards the fields below
+	frames  []outFrame
+	bytes   int
+	ended   bool          // a closing frame was queued, or the connection closed
+	room    chan struct{} // closed (and replaced) when the writer takes frames
+	hardCap int
+
+	ready chan struct{} // capacity 1: wakes the writer
+}
+
+func newOutbox(maxFrame int) *outbox {
+	return &outbox{room: make(chan struct{}), ready: make(chan struct{}, 1), hardCap: max(hardBytes, 4*maxFrame)}
+}
+
+var errOutboxFull = errors.New("outbound queue past its hard limit: the client is not reading")
+
+// push queues a frame without waiting. It reports false if the frame was
+// dropped because the connection is ending, and errOutboxFull if queueing
+// it would pass the hard limit.
+func (o *outbox) push(f outFrame) (bool, error) {
+	o.mu.Lock()
+	if o.ended {
+		o.mu.Unlock()
+		return false, nil
+	}
+	if len(o.frames) > 0 && (len(o.frames) >= hardFrames || o.bytes+f.size > o.hardCap) {
+		o.mu.Unlock()
+		return false, errOutboxFull
+	}
+	o.frames = append(o.frames, f)
+	o.bytes += f.size
+	if f.closing {
+		o.ended = true
+	}
+	o.mu.Unlock()
+	select {
+	case o.ready <- struct{}{}:
+	default:
+	}
+	return true, nil
+}
+
+// roomWait returns nil if the outbox is under its soft limit, else a
+// channel closed when the writer next takes frames.
+func (o *outbox) roomWait() <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.frames) < softFrames && o.bytes < softBytes {
+		return nil
+	}
+	return o.room
+}
+
+// take removes and returns everything queued.
+func (o *outbox) take() []outFrame {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	fs := o.frames
+	if len(fs) == 0 {
+		return nil
+	}
+	o.frames, o.bytes = nil, 0
+	close(o.room)
+	o.room = make(chan struct{})
+	return fs
+}
+
+// end drops whatever is queued and refuses more.
+func (o *outbox) end() {
+	o.mu.Lock()
+	o.ended = true
+	o.frames, o.bytes = nil, 0
+	o.mu.Unlock()
+}
+
+// frameSize estimates a frame's encoded size for the outbox limits.
+func frameSize(f wire.Frame) int {
+	if d, ok := f.(*wire.Deliver); ok {
+		n := 40 + len(d.MessageID) + len(d.Body)
+		for _, h := range d.Headers {
+			n += 4 + len(h.Key) + len(h.Value)
+		}
+		return n
+	}
+	return 64
+}

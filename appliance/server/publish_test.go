@@ -1,0 +1,99 @@
+package server
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/fibril-edge/fibril/appliance/wire"
+)
+
+func TestPipelinedPublishes(t *testing.T) {
+	for _, mode := range []wire.Durability{wire.DurabilityBuffered, wire.DurabilityDurable} {
+		t.Run(mode.String(), func(t *testing.T) {
+			ts := startServer(t, Options{})
+			c := connect(t, ts.addr, "")
+			c.declare(&wire.Declare{Queue: "q", Durability: mode, Partitions: 2})
+
+			// Send every publish before reading a single confirm.
+			const n = 500
+			want := make(map[uint64]bool, n)
+			for i := range n {
+				corr := c.nextCorr()
+				want[corr] = true
+				if err := c.w.WriteFrame(&wire.Publish{Corr: corr, Queue: "q", Key: fmt.Sprint(i % 7),
+					Body: []byte(fmt.Sprintf("m%d", i))}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.send()
+			seen := make(map[[2]uint64]bool)
+			last := map[uint16]uint64{}
+			for range n {
+				f := c.read()
+				cf, ok := f.(*wire.Confirm)
+				if !ok {
+					t.Fatalf("want Confirm, got %#v", f)
+				}
+				if !want[cf.Corr] {
+					t.Fatalf("confirm for unknown or repeated Corr %d", cf.Corr)
+				}
+				delete(want, cf.Corr)
+				pos := [2]uint64{uint64(cf.Partition), cf.Offset}
+				if seen[pos] || cf.Partition > 1 {
+					t.Fatalf("confirm %+v: position repeated or out of range", cf)
+				}
+				seen[pos] = true
+				if prev, ok := last[cf.Partition]; ok && cf.Offset <= prev {
+					t.Fatalf("partition %d confirmed offset %d after %d", cf.Partition, cf.Offset, prev)
+				}
+				last[cf.Partition] = cf.Offset
+			}
+			if info, _ := ts.b.QueueInfo("q"); info.Messages != n {
+				t.Fatalf("queue holds %d messages, want %d", info.Messages, n)
+			}
+		})
+	}
+}
+
+func TestPublishErrors(t *testing.T) {
+	ts := startServer(t, Options{MaxFrame: 4096})
+	c := connect(t, ts.addr, "")
+	c.declare(&wire.Declare{Queue: "q", MaxMessages: 1})
+	c.declare(&wire.Declare{Queue: "dd", DedupeWindowMillis: 60_000})
+
+	// The largest message whose Deliver fits, and one byte more.
+	p := &wire.Publish{Queue: "q", MessageID: "id", Headers: []wire.Header{{Key: "k", Value: "v"}}}
+	p.Body = bytes.Repeat([]byte("x"), 4096-wire.DeliverLen(p)+1)
+	p.Corr = c.nextCorr()
+	c.send(p)
+	c.expectError(p.Corr, wire.CodeTooLarge)
+	p.Body = p.Body[1:]
+	p.Corr = c.nextCorr()
+	c.send(p)
+	if _, ok := c.read().(*wire.Confirm); !ok {
+		t.Fatal("a message that fits a Deliver frame was refused")
+	}
+
+	corr := c.nextCorr()
+	c.send(&wire.Publish{Corr: corr, Queue: "q", Body: []byte("over the limit")})
+	c.expectError(corr, wire.CodeQueueFull)
+
+	corr = c.nextCorr()
+	c.send(&wire.Publish{Corr: corr, Queue: "missing", Body: []byte("x")})
+	c.expectError(corr, wire.CodeNotFound)
+
+	// A repeated message id inside the dedupe window is confirmed as a
+	// duplicate at the original's position.
+	c.send(&wire.Publish{Corr: c.nextCorr(), Queue: "dd", MessageID: "m-1", Body: []byte("a")})
+	first := c.read().(*wire.Confirm)
+	c.send(&wire.Publish{Corr: c.nextCorr(), Queue: "dd", MessageID: "m-1", Body: []byte("a")})
+	dup := c.read().(*wire.Confirm)
+	if first.Duplicate || !dup.Duplicate || dup.Offset != first.Offset || dup.Partition != first.Partition {
+		t.Fatalf("first %+v, repeat %+v", first, dup)
+	}
+
+	// A request with Corr 0 is a protocol violation.
+	c.send(&wire.Publish{Queue: "q", Body: []byte("x")})
+	c.expectFatal(wire.CodeBadRequest)
+}

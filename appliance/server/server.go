@@ -1,0 +1,233 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fibril-edge/fibril/appliance"
+)
+
+// ErrServerClosed is returned by Serve and ListenAndServe after Shutdown.
+var ErrServerClosed = errors.New("server: closed")
+
+// Server serves the client protocol for one broker.
+type Server struct {
+	b      *appliance.Broker
+	opts   Options
+	log    *slog.Logger
+	tokens [][sha256.Size]byte // hashes of Options.Tokens, compared in constant time
+	linger time.Duration       // defaultLinger; tests shorten it before serving
+
+	nextSession atomic.Uint64
+
+	mu        sync.Mutex // guards the fields below
+	listeners map[net.Listener]struct{}
+	addr      net.Addr // the first listener's
+	conns     map[*conn]struct{}
+	closing   bool
+	wg        sync.WaitGroup // one per connection; Add only under mu while !closing
+}
+
+// New returns a server for b. It does not listen until Serve or
+// ListenAndServe.
+func New(b *appliance.Broker, opts Options) (*Server, error) {
+	if b == nil {
+		return nil, errors.New("server: nil broker")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	s := &Server{
+		b: b, opts: opts, log: opts.Logger, linger: defaultLinger,
+		listeners: make(map[net.Listener]struct{}),
+		conns:     make(map[*conn]struct{}),
+	}
+	for _, t := range opts.Tokens {
+		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
+	}
+	return s, nil
+}
+
+// ListenAndServe listens on Options.Addr and serves until Shutdown, when
+// it returns ErrServerClosed.
+func (s *Server) ListenAndServe() error {
+	ln, err := net.Listen("tcp", s.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("server: listen: %w", err)
+	}
+	return s.Serve(ln)
+}
+
+// Serve accepts connections on ln until Shutdown (then it returns
+// ErrServerClosed) or until ln fails. It closes ln before returning.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	if s.addr == nil {
+		s.addr = ln.Addr()
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+		ln.Close()
+	}()
+	if len(s.tokens) == 0 && !isLoopback(ln.Addr()) {
+		s.log.Warn("serving without authentication on a non-loopback address; configure tokens", "addr", ln.Addr().String())
+	}
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.isClosing() {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept failed; retrying", "err", err, "in", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return fmt.Errorf("server: accept: %w", err)
+		}
+		backoff = 0
+		s.start(nc)
+	}
+}
+
+// isTemporary reports accept errors worth retrying, such as running out of
+// file descriptors.
+func isTemporary(err error) bool {
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
+}
+
+func isLoopback(a net.Addr) bool {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.IsLoopback()
+	}
+	return false
+}
+
+// start registers a connection and runs it, unless the server is shutting
+// down.
+func (s *Server) start(nc net.Conn) {
+	raw := nc
+	if s.opts.TLS != nil {
+		nc = tls.Server(nc, s.opts.TLS)
+	}
+	c := newConn(s, nc, raw, s.nextSession.Add(1))
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		raw.Close()
+		return
+	}
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go s.serveConn(c)
+}
+
+func (s *Server) serveConn(c *conn) {
+	defer s.wg.Done()
+	defer func() {
+		c.teardown()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+	}()
+	defer c.recoverPanic("reader")
+	c.serve()
+}
+
+func (s *Server) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
+// Addr is the address of the first listener Serve was given, or nil.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// Connections is the number of open client connections.
+func (s *Server) Connections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// Shutdown stops accepting, says Goodbye on every connection, lets the
+// replies of requests already read go out, then closes the connections and
+// their subscriptions (whose unsettled deliveries become ready again). If
+// ctx ends first the remaining connections are closed at once and
+// Shutdown returns ctx's error. It does not close the broker.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	if len(conns) > 0 {
+		s.log.Info("closing client connections", "connections", len(conns))
+	}
+	for _, c := range conns {
+		c.drain(true)
+	}
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	for c := range s.conns {
+		c.close()
+	}
+	s.mu.Unlock()
+	<-done
+	return fmt.Errorf("server: shutdown: %w", ctx.Err())
+}
+
+// authorized compares token with every configured token in constant time.
+func (s *Server) authorized(token string) bool {
+	if len(s.tokens) == 0 {
+		return true
+	}
+	h := sha256.Sum256([]byte(token))
+	ok := 0
+	for i := range s.tokens {
+		ok |= subtle.ConstantTimeCompare(h[:], s.tokens[i][:])
+	}
+	return ok == 1
+}

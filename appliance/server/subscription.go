@@ -1,0 +1,69 @@
+package server
+
+import (
+	"sync"
+
+	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/appliance/wire"
+)
+
+// subscription ties a broker subscription to its SubID on a connection.
+type subscription struct {
+	c  *conn
+	id uint32
+
+	// mu guards sub and ended, and is held while a delivery is queued, so
+	// that Subscribed goes out before the first Deliver and no Deliver
+	// follows Unsubscribed.
+	mu    sync.Mutex
+	sub   *appliance.Subscription
+	ended bool
+}
+
+// deliver is the broker's Deliver callback. It never waits on the client:
+// the frame is queued for the writer. A delivery dropped here (the
+// subscription ended or the connection is draining) stays leased until the
+// subscription closes, which makes it ready again without counting it.
+func (s *subscription) deliver(d appliance.Delivery) {
+	defer s.c.recoverPanic("deliver callback")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended || s.c.noDeliver.Load() {
+		return
+	}
+	f := &wire.Deliver{
+		SubID: s.id, Tag: d.Tag, Partition: uint16(d.Partition), Offset: d.Offset, Deliveries: d.Deliveries,
+		MessageID: d.MessageID, Headers: fromHeaders(d.Headers), Body: d.Body,
+	}
+	if n := deliverLen(f); n > s.c.s.opts.MaxFrame {
+		// Publishes that would not fit are refused, but a dead-letter copy
+		// gains headers. Discard it rather than lease it forever.
+		s.c.log.Error("message does not fit a Deliver frame; discarding it", "queue", d.Queue,
+			"partition", d.Partition, "offset", d.Offset, "frame", n, "max_frame", s.c.s.opts.MaxFrame)
+		s.sub.Nack(false, d.Tag)
+		return
+	}
+	s.c.push(f)
+}
+
+// end closes the broker subscription: what it holds unsettled is ready
+// again, and no Deliver for it is queued after end returns.
+func (s *subscription) end() {
+	s.mu.Lock()
+	s.ended = true
+	sub := s.sub
+	s.mu.Unlock()
+	if sub != nil {
+		sub.Close()
+	}
+}
+
+// deliverLen is f's frame length, as wire.DeliverLen computes it for the
+// publish that carried the message.
+func deliverLen(f *wire.Deliver) int {
+	n := 1 + 34 + len(f.MessageID) + len(f.Body)
+	for _, h := range f.Headers {
+		n += 4 + len(h.Key) + len(h.Value)
+	}
+	return n
+}

@@ -1,0 +1,129 @@
+// Command fibrild is the Fibril broker daemon: it reads fibril.toml,
+// serves the client protocol on top of the queue engine, and shuts down
+// cleanly on SIGTERM or SIGINT (a second signal exits at once).
+//
+//	fibrild [--config PATH] [--print-config] [--version] [--section.key VALUE ...]
+//
+// Without --config it reads /etc/fibril/fibril.toml if that exists, else
+// runs on the built-in default (127.0.0.1:7420, data under ./data). Every
+// config key is also a flag (--server.listen, --storage.data_dir,
+// --log.level, ...) that overrides the file.
+//
+// Exit status: 0 after a clean shutdown, 1 on an error while running, 2 on
+// bad flags or config.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/pflag"
+
+	"github.com/fibril-edge/fibril/appliance/daemon"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sigs
+		cancel(fmt.Errorf("signal %v", s))
+		s = <-sigs
+		fmt.Fprintf(os.Stderr, "fibrild: second signal (%v): exiting without a clean shutdown\n", s)
+		os.Exit(1)
+	}()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is fibrild's body; it returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	flags := pflag.NewFlagSet("fibrild", pflag.ContinueOnError)
+	flags.SetOutput(stderr)
+	flags.SortFlags = false
+	configPath := flags.String("config", "", "config file (default "+daemon.DefaultConfigPath+" if it exists, else the built-in default)")
+	printConfig := flags.Bool("print-config", false, "print the effective config as TOML (tokens redacted) and exit")
+	showVersion := flags.Bool("version", false, "print the version and exit")
+	overrides := make(map[string]*string)
+	for _, k := range daemon.Keys() {
+		overrides[k.Name] = flags.String(k.Name, k.Default, k.Help)
+	}
+	flags.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: fibrild [flags]\n\nThe Fibril broker daemon. Flags named section.key override that key of the config file.\nSet GOMEMLIMIT (e.g. GOMEMLIMIT=256MiB) to bound the Go heap.\n\n")
+		flags.PrintDefaults()
+	}
+	if err := flags.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "fibrild: %v\nRun fibrild --help for the flags.\n", err)
+		return 2
+	}
+	if flags.NArg() > 0 {
+		fmt.Fprintf(stderr, "fibrild: unexpected argument %q\n", flags.Arg(0))
+		return 2
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "fibrild %s\n", version)
+		return 0
+	}
+
+	cfg, source, err := loadConfig(*configPath, flags.Changed("config"))
+	if err != nil {
+		fmt.Fprintf(stderr, "fibrild: %v\n", err)
+		return 2
+	}
+	for _, k := range daemon.Keys() {
+		if flags.Changed(k.Name) {
+			if err := cfg.Set(k.Name, *overrides[k.Name]); err != nil {
+				fmt.Fprintf(stderr, "fibrild: --%v\n", err)
+				return 2
+			}
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "fibrild: %s: %v\n", source, err)
+		return 2
+	}
+	if *printConfig {
+		if err := cfg.WriteTOML(stdout); err != nil {
+			fmt.Fprintf(stderr, "fibrild: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+
+	log, err := daemon.NewLogger(cfg.Log, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "fibrild: %v\n", err)
+		return 2
+	}
+	log.Info("fibrild starting", "version", version, "config", source)
+	if err := daemon.Run(ctx, cfg, log); err != nil {
+		log.Error("fibrild failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// loadConfig reads the config the flags name: the --config file, or
+// DefaultConfigPath if it exists, or the built-in default. It also returns
+// where the config came from, for the log.
+func loadConfig(path string, explicit bool) (daemon.Config, string, error) {
+	if !explicit {
+		if _, err := os.Stat(daemon.DefaultConfigPath); err != nil {
+			return daemon.Default(), "built-in default", nil
+		}
+		path = daemon.DefaultConfigPath
+	}
+	cfg, err := daemon.Load(path)
+	return cfg, path, err
+}

@@ -1,0 +1,302 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fibril-edge/fibril/appliance/daemon"
+	"github.com/fibril-edge/fibril/appliance/wire"
+)
+
+const waitLimit = 30 * time.Second
+
+func TestFlags(t *testing.T) {
+	dir := t.TempDir()
+	badKey := filepath.Join(dir, "bad.toml")
+	os.WriteFile(badKey, []byte("[storage]\ndata_dri = \"/x\"\n"), 0o644)
+	good := filepath.Join(dir, "good.toml")
+	os.WriteFile(good, []byte("[log]\nlevel = \"debug\"\n"), 0o644)
+
+	for _, tc := range []struct {
+		args       []string
+		code       int
+		wantStdout string
+		wantStderr string
+	}{
+		{args: []string{"--version"}, wantStdout: "fibrild dev"},
+		{args: []string{"--help"}, wantStderr: "--storage.data_dir"},
+		{args: []string{"--print-config"}, wantStdout: "listen = '127.0.0.1:7420'"},
+		{args: []string{"--print-config", "--server.listen", "0.0.0.0:9", "--server.tokens", "a,b"},
+			wantStdout: "tokens = ['<redacted>', '<redacted>']"},
+		{args: []string{"--print-config", "--config", good, "--storage.data_dir=/srv/fibril"},
+			wantStdout: "data_dir = '/srv/fibril'"},
+		{args: []string{"--print-config", "--config", good}, wantStdout: "level = 'debug'"},
+		{args: []string{"--nope"}, code: 2, wantStderr: "unknown flag: --nope"},
+		{args: []string{"extra"}, code: 2, wantStderr: `unexpected argument "extra"`},
+		{args: []string{"--storage.segment_size", "huge"}, code: 2, wantStderr: "storage.segment_size"},
+		{args: []string{"--log.format", "xml"}, code: 2, wantStderr: "log.format"},
+		{args: []string{"--config", badKey}, code: 2, wantStderr: "unknown key storage.data_dri"},
+		{args: []string{"--config", filepath.Join(dir, "missing.toml")}, code: 2, wantStderr: "missing.toml"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), tc.args, &stdout, &stderr)
+		if code != tc.code {
+			t.Errorf("%q: exit %d, want %d; stderr: %s", tc.args, code, tc.code, stderr.String())
+		}
+		if !strings.Contains(stdout.String(), tc.wantStdout) {
+			t.Errorf("%q: stdout %q lacks %q", tc.args, stdout.String(), tc.wantStdout)
+		}
+		if !strings.Contains(stderr.String(), tc.wantStderr) {
+			t.Errorf("%q: stderr %q lacks %q", tc.args, stderr.String(), tc.wantStderr)
+		}
+	}
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// buildDaemon builds fibrild once per test process, with a version stamp.
+func buildDaemon(t *testing.T) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build fibrild with")
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "fibrild-test-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "fibrild")
+		out, err := exec.Command(goBin, "build", "-ldflags", "-X main.version=test-1", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = errors.New(string(out))
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("go build: %v", buildErr)
+	}
+	return binPath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
+// daemonProcess is a running fibrild.
+type daemonProcess struct {
+	cmd    *exec.Cmd
+	addr   string
+	mu     sync.Mutex
+	log    bytes.Buffer
+	exited chan struct{}
+	err    error
+}
+
+var listeningLine = regexp.MustCompile(`msg="?listening"? proto=fibril addr=(\S+)`)
+
+// startDaemon runs fibrild with args and waits for its "listening" line.
+func startDaemon(t *testing.T, bin string, args ...string) *daemonProcess {
+	t.Helper()
+	if _, err := os.Stat(daemon.DefaultConfigPath); err == nil {
+		// Keep this machine's installed config out of the test.
+		empty := filepath.Join(t.TempDir(), "empty.toml")
+		os.WriteFile(empty, nil, 0o644)
+		args = append(args, "--config", empty)
+	}
+	p := &daemonProcess{cmd: exec.Command(bin, args...), exited: make(chan struct{})}
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.log.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+			if m := listeningLine.FindStringSubmatch(sc.Text()); m != nil {
+				addr <- m[1]
+			}
+		}
+		io.Copy(io.Discard, stderr)
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.exited
+	})
+	select {
+	case p.addr = <-addr:
+	case <-p.exited:
+		t.Fatalf("fibrild exited before listening: %v\n%s", p.err, p.logText())
+	case <-time.After(waitLimit):
+		t.Fatalf("fibrild did not listen within %v\n%s", waitLimit, p.logText())
+	}
+	return p
+}
+
+func (p *daemonProcess) logText() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// stop sends SIGTERM and checks for a clean exit.
+func (p *daemonProcess) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(waitLimit):
+		t.Fatalf("fibrild did not exit within %v of SIGTERM\n%s", waitLimit, p.logText())
+	}
+	if p.err != nil {
+		t.Fatalf("fibrild exited with %v\n%s", p.err, p.logText())
+	}
+	for _, want := range []string{"shutting down", "broker closed", "stopped"} {
+		if !strings.Contains(p.logText(), want) {
+			t.Fatalf("log lacks %q:\n%s", want, p.logText())
+		}
+	}
+}
+
+// TestDaemonProcess builds fibrild and runs it as operators do: start,
+// declare, publish and consume over the wire, SIGTERM, and a restart that
+// still has the queue and its unacked message.
+func TestDaemonProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the fibrild binary")
+	}
+	bin := buildDaemon(t)
+	data := t.TempDir()
+	args := []string{"--storage.data_dir", data, "--server.listen", "127.0.0.1:0", "--storage.min_free", "0"}
+
+	p := startDaemon(t, bin, args...)
+	if !strings.Contains(p.logText(), "version=test-1") || !strings.Contains(p.logText(), "config=") {
+		t.Fatalf("start-up log lacks the version or the config source:\n%s", p.logText())
+	}
+	c := dialHello(t, p.addr)
+	c.request(t, &wire.Declare{Corr: 1, Queue: "clicks", Durability: wire.DurabilityBuffered})
+	c.request(t, &wire.Publish{Corr: 2, Queue: "clicks", Body: []byte("one")})
+	c.request(t, &wire.Publish{Corr: 3, Queue: "clicks", Body: []byte("two")})
+	c.request(t, &wire.Subscribe{Corr: 4, SubID: 1, Queue: "clicks", Prefetch: 1})
+	d := c.next(t).(*wire.Deliver)
+	if string(d.Body) != "one" {
+		t.Fatalf("delivered %q, want one", d.Body)
+	}
+	c.send(t, &wire.Ack{SubID: 1, Tags: []uint64{d.Tag}})
+	c.send(t, &wire.Goodbye{})
+	c.drainUntilClosed(t)
+	p.stop(t)
+
+	// The restart has the queue, its mode, and the unacked message.
+	p = startDaemon(t, bin, args...)
+	c = dialHello(t, p.addr)
+	decl := c.request(t, &wire.Declare{Corr: 1, Queue: "clicks"}).(*wire.Declared)
+	if decl.Created || decl.Durability != wire.DurabilityBuffered {
+		t.Fatalf("after restart: %+v", decl)
+	}
+	c.request(t, &wire.Subscribe{Corr: 2, SubID: 1, Queue: "clicks"})
+	if d := c.next(t).(*wire.Deliver); string(d.Body) != "two" {
+		t.Fatalf("after restart delivered %q, want two", d.Body)
+	}
+	c.nc.Close()
+	p.stop(t)
+}
+
+type wireConn struct {
+	nc net.Conn
+	r  *wire.Reader
+	w  *wire.Writer
+}
+
+func dialHello(t *testing.T, addr string) *wireConn {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, waitLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	c := &wireConn{nc: nc, r: wire.NewReader(nc, wire.Options{}), w: wire.NewWriter(nc, wire.Options{})}
+	c.request(t, &wire.Hello{Version: wire.Version, ClientName: "fibrild-test"})
+	return c
+}
+
+func (c *wireConn) send(t *testing.T, f wire.Frame) {
+	t.Helper()
+	if err := c.w.WriteFrame(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// next returns the next frame that is not a Heartbeat.
+func (c *wireConn) next(t *testing.T) wire.Frame {
+	t.Helper()
+	for {
+		c.nc.SetReadDeadline(time.Now().Add(waitLimit))
+		f, err := c.r.ReadFrame()
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		if _, hb := f.(*wire.Heartbeat); !hb {
+			return f
+		}
+	}
+}
+
+func (c *wireConn) request(t *testing.T, f wire.Frame) wire.Frame {
+	t.Helper()
+	c.send(t, f)
+	got := c.next(t)
+	if e, ok := got.(*wire.Error); ok {
+		t.Fatalf("%s: %v", f.Type(), e)
+	}
+	return got
+}
+
+// drainUntilClosed reads until the server ends the connection.
+func (c *wireConn) drainUntilClosed(t *testing.T) {
+	t.Helper()
+	for {
+		c.nc.SetReadDeadline(time.Now().Add(waitLimit))
+		if _, err := c.r.ReadFrame(); err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatalf("waiting for the server to close: %v", err)
+			}
+			c.nc.Close()
+			return
+		}
+	}
+}
