@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -132,10 +133,15 @@ func (l *Log) readSegment(offset, limit uint64, budget int) ([]Record, error) {
 		if len(out) > 0 || o >= limit {
 			return out, nil
 		}
-		if !full || want >= recordHeaderSize+l.opts.MaxRecordSize {
+		// One record larger than the read: its header says how large.
+		need := recordHeaderSize + l.opts.MaxRecordSize
+		if len(buf) >= 4 {
+			need = min(need, recordHeaderSize+int(binary.LittleEndian.Uint32(buf)))
+		}
+		if !full || want >= need {
 			return nil, &CorruptionError{Segment: seg.base, Pos: pos, Offset: offset, Reason: "torn record"}
 		}
-		want = recordHeaderSize + l.opts.MaxRecordSize // one record larger than the read
+		want = need
 	}
 }
 
