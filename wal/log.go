@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/dgraph-io/ristretto/v2"
 )
 
 // Durability says when an append completes.
@@ -49,7 +48,7 @@ type Log struct {
 	fs      vfs.FS
 	lock    io.Closer
 	dirFile vfs.File
-	cache   *ristretto.Cache[uint64, []byte] // nil when the tail cache is off
+	cache   *tailCache // nil when the tail cache is off
 
 	written frontier // WrittenNext: handed to the kernel
 	durable frontier // DurableNext: covered by a completed fdatasync
@@ -307,7 +306,7 @@ func (l *Log) closeFiles() {
 	l.segs = nil
 	l.segMu.Unlock()
 	if l.cache != nil {
-		l.cache.Close()
+		l.cache.close()
 	}
 	_ = l.dirFile.Close()
 	_ = l.lock.Close()

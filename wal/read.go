@@ -81,7 +81,7 @@ func (l *Log) cached(offset uint64) (Record, bool) {
 	if l.cache == nil {
 		return Record{}, false
 	}
-	b, ok := l.cache.Get(offset)
+	b, ok := l.cache.get(offset)
 	if !ok {
 		return Record{}, false
 	}

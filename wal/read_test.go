@@ -475,7 +475,7 @@ func TestTailCacheHitAndMissAgree(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	l.cache.Wait()
+	l.cache.wait()
 	hits := 0
 	for o := uint64(0); o < n; o++ {
 		if _, ok := l.cached(o); ok {

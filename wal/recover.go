@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/dgraph-io/ristretto/v2"
 )
 
 // RecoveryReport says what Open found and what it repaired.
@@ -84,15 +83,9 @@ func Open(dir string, opts Options) (*Log, error) {
 	}
 	l.recovery.Duration = time.Since(start)
 	if opts.TailCacheBytes > 0 {
-		l.cache, err = ristretto.NewCache(&ristretto.Config[uint64, []byte]{
-			NumCounters:        max(opts.TailCacheBytes/16, 1<<12),
-			MaxCost:            opts.TailCacheBytes,
-			BufferItems:        64,
-			IgnoreInternalCost: true,
-		})
-		if err != nil {
+		if l.cache, err = newTailCache(opts.TailCacheBytes); err != nil {
 			l.closeFiles()
-			return nil, fmt.Errorf("wal: tail cache: %w", err)
+			return nil, err
 		}
 	}
 	w := &writer{

@@ -1,7 +1,6 @@
 package wal
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"syscall"
@@ -231,20 +230,10 @@ func (w *writer) resetStaging() {
 	w.group = w.group[:0]
 }
 
-// cacheWritten puts the records just written into the tail cache, sharing
-// one copy of the buffer.
+// cacheWritten puts the records just written into the tail cache.
 func (w *writer) cacheWritten() {
-	if w.l.cache == nil {
-		return
-	}
-	cp := bytes.Clone(w.buf)
-	first := w.next - uint64(len(w.starts))
-	for i, start := range w.starts {
-		end := len(cp)
-		if i+1 < len(w.starts) {
-			end = w.starts[i+1]
-		}
-		w.l.cache.Set(first+uint64(i), cp[start:end:end], int64(end-start))
+	if w.l.cache != nil {
+		w.l.cache.put(w.next-uint64(len(w.starts)), w.buf, w.starts)
 	}
 }
 

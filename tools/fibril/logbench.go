@@ -24,6 +24,7 @@ type benchConfig struct {
 	warmup        int
 	payload       int
 	prealloc      wal.Prealloc
+	tailCache     benchutil.ByteSize // -1: the log's default
 	matrix        bool
 	floor         bool
 	floorSamples  int
@@ -54,8 +55,9 @@ Policies:
 Each case line has kind "case", policy, batch, concurrency, records,
 records_per_sec, p50_us, p99_us and p999_us (latency of one Append call,
 nearest rank, microseconds), syncs (fdatasyncs in the measured phase,
-including the final Sync), samples (Append calls timed), payload, prealloc,
-and the environment: kernel, fs, cpus, go.
+including the final Sync), append_seconds and final_sync_seconds (the
+measured time split into the appends and the closing Sync), samples (Append
+calls timed), payload, prealloc, and the environment: kernel, fs, cpus, go.
 
 --floor measures the storage without the log, in the same directory:
   write_p50_us, write_p99_us          one --payload-byte os.File.Write appended
@@ -89,7 +91,7 @@ Examples:
 // parseLogBenchFlags parses args. It returns (nil, nil) when help was
 // printed.
 func parseLogBenchFlags(args []string, stdout io.Writer) (*benchConfig, error) {
-	cfg := &benchConfig{recoveryBytes: 1 << 30}
+	cfg := &benchConfig{recoveryBytes: 1 << 30, tailCache: -1}
 	var prealloc string
 	fs := pflag.NewFlagSet("fibril log bench", pflag.ContinueOnError)
 	fs.SortFlags = false
@@ -103,6 +105,7 @@ func parseLogBenchFlags(args []string, stdout io.Writer) (*benchConfig, error) {
 	fs.IntVar(&cfg.warmup, "warmup", 2000, "warm-up records per case, appended and synced before measuring")
 	fs.IntVar(&cfg.payload, "payload", 128, "payload bytes per record")
 	fs.StringVar(&prealloc, "prealloc", "default", "segment preallocation: default, keep-size, extend or off")
+	fs.Var(&cfg.tailCache, "tail-cache", "tail cache budget per log (e.g. 8MiB; 0 turns it off; default: the log's default)")
 	fs.BoolVar(&cfg.matrix, "matrix", false, "run the case matrix even when --floor or --recovery is given")
 	fs.BoolVar(&cfg.floor, "floor", false, "measure raw write, fdatasync and plain group commit instead of the matrix")
 	fs.IntVar(&cfg.floorSamples, "floor-samples", 2000, "write and fdatasync samples for --floor")
