@@ -101,7 +101,7 @@ func Open(opts Options) (*Broker, error) {
 		queues: make(map[string]*queue), failed: make(map[string]error),
 		ckptDirty: make(map[*partition]struct{}),
 	}
-	b.disk = diskGuard{fs: opts.FS, dir: opts.DataDir, budget: opts.DiskBudgetBytes, minFree: opts.MinFreeBytes}
+	b.disk = diskGuard{fs: opts.FS, dir: opts.DataDir, budget: opts.DiskBudgetBytes, minFree: opts.MinFreeBytes, log: opts.Logger}
 	if err := wal.MkdirAllSynced(opts.FS, opts.DataDir); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}

@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -17,11 +18,13 @@ type diskGuard struct {
 	budget  int64
 	minFree int64
 
-	mu       sync.Mutex // guards the fields below
-	measured time.Time
-	used     int64
-	free     int64
-	err      error
+	mu        sync.Mutex // guards the fields below
+	measured  time.Time
+	used      int64
+	free      int64
+	freeKnown bool
+	warned    bool
+	log       *slog.Logger
 }
 
 const diskMeasureEvery = time.Second
@@ -37,13 +40,10 @@ func (g *diskGuard) check(n int64) error {
 	if time.Since(g.measured) > diskMeasureEvery {
 		g.measure()
 	}
-	if g.err != nil {
-		return fmt.Errorf("%w: cannot measure disk: %w", ErrDiskFull, g.err)
-	}
 	if g.budget > 0 && g.used+n > g.budget {
 		return fmt.Errorf("%w: data directory holds %d bytes, budget %d", ErrDiskFull, g.used, g.budget)
 	}
-	if g.minFree > 0 && g.free-n < g.minFree {
+	if g.minFree > 0 && g.freeKnown && g.free-n < g.minFree {
 		return fmt.Errorf("%w: %d bytes free, watermark %d", ErrDiskFull, g.free, g.minFree)
 	}
 	g.used += n // until the next measurement
@@ -51,24 +51,30 @@ func (g *diskGuard) check(n int64) error {
 	return nil
 }
 
+// measure refreshes the figures. A figure that cannot be measured keeps its
+// last value (and a watermark never measured does not refuse), with the
+// failure logged once: a file system without statfs must not stop the
+// broker.
 func (g *diskGuard) measure() {
 	g.measured = time.Now()
-	g.err = nil
+	var errs []error
 	if g.minFree > 0 {
-		u, err := g.fs.GetDiskUsage(g.dir)
-		if err != nil {
-			g.err = err
-			return
+		if u, err := g.fs.GetDiskUsage(g.dir); err != nil {
+			errs = append(errs, fmt.Errorf("free space: %w", err))
+		} else {
+			g.free, g.freeKnown = int64(u.AvailBytes), true
 		}
-		g.free = int64(u.AvailBytes)
 	}
 	if g.budget > 0 {
-		used, err := dirSize(g.fs, g.dir)
-		if err != nil {
-			g.err = err
-			return
+		if used, err := dirSize(g.fs, g.dir); err != nil {
+			errs = append(errs, fmt.Errorf("data directory size: %w", err))
+		} else {
+			g.used = used
 		}
-		g.used = used
+	}
+	if len(errs) > 0 && !g.warned {
+		g.warned = true
+		g.log.Warn("cannot measure disk use; the disk limits use the last known figures", "err", errs)
 	}
 }
 
