@@ -30,8 +30,18 @@ func (b *Broker) openQueue(cfg QueueConfig) (*queue, error) {
 }
 
 // openPartition opens a partition's log and rebuilds its state: the stored
-// snapshot, then every record after the snapshot's boundary.
+// snapshot, then every record after the snapshot's boundary. Records of the
+// active segment are applied while the log's recovery scans them, so
+// start-up reads that segment once.
 func (b *Broker) openPartition(q *queue, idx int) (*partition, error) {
+	snap, haveSnap, err := b.meta.snapshot(q.cfg().Name, idx)
+	if err != nil {
+		return nil, err
+	}
+	rp := &replayer{q: q, live: true, st: newPartitionState(0)}
+	if haveSnap {
+		rp.st, rp.dedupe = snap.restore(), snap.Dedupe
+	}
 	dir := b.opts.FS.PathJoin(b.queueDir(q.cfg().Name), strconv.Itoa(idx))
 	log, err := wal.Open(dir, wal.Options{
 		FS:                     b.opts.FS,
@@ -39,21 +49,21 @@ func (b *Broker) openPartition(q *queue, idx int) (*partition, error) {
 		TailCacheBytes:         b.opts.TailCacheBytes,
 		BackgroundSyncInterval: walInterval(b.Settings()),
 		Logger:                 b.log.With("queue", q.cfg().Name, "partition", idx),
+		OnRecover:              rp.scanned,
 	})
 	if err != nil {
 		return nil, err
 	}
-	r, err := b.rebuild(q, idx, log)
-	if err != nil {
+	if err := b.rebuild(rp, idx, log, haveSnap, snap); err != nil {
 		_ = log.Close()
 		return nil, err
 	}
-	q.restoreDedupe(r.dedupe, idx)
-	p := openPartition(q, idx, log, r.st)
-	p.dedupe = r.dedupe
-	p.quarantined = r.quarantined
-	if len(r.over) > 0 {
-		go p.deadLetter(r.over, "max-deliveries")
+	q.restoreDedupe(rp.dedupe, idx)
+	p := openPartition(q, idx, log, rp.st)
+	p.dedupe = rp.dedupe
+	p.quarantined = rp.quarantined
+	if len(rp.over) > 0 {
+		go p.deadLetter(rp.over, "max-deliveries")
 	}
 	return p, nil
 }
@@ -67,84 +77,111 @@ func walInterval(s Settings) time.Duration {
 	return s.syncInterval()
 }
 
-// rebuilt is a partition's state after recovery.
-type rebuilt struct {
+// replayer rebuilds a partition's state from log records, first as the
+// log's recovery scans the active segment, then from reads.
+type replayer struct {
+	q           *queue
 	st          *partitionState
 	dedupe      []dedupeRecord     // ids published inside the dedupe window
 	over        []uint64           // messages found past max deliveries
 	quarantined []quarantineRecord // corrupt segments set aside
+	live        bool               // applying records as recovery scans them
+	err         error              // the first failure while scanning
 }
 
-// rebuild loads the snapshot and replays the log after it. A corrupt sealed
-// segment is quarantined and its messages counted as lost; the rest serves.
-func (b *Broker) rebuild(q *queue, idx int, log *wal.Log) (rebuilt, error) {
-	snap, ok, err := b.meta.snapshot(q.cfg().Name, idx)
-	if err != nil {
-		return rebuilt{}, err
-	}
-	st := newPartitionState(log.Head())
-	var dedupe []dedupeRecord
+// scanned applies a record recovery kept, while records follow on from the
+// state without a gap; after a gap the replay reads the rest instead.
+func (rp *replayer) scanned(r wal.Record) {
 	switch {
-	case ok && snap.Boundary > log.WrittenNext():
+	case !rp.live || r.Offset < rp.st.appliedNext:
+	case r.Offset > rp.st.appliedNext:
+		rp.live = false
+	default:
+		if err := rp.apply(r); err != nil {
+			rp.err, rp.live = err, false
+		}
+	}
+}
+
+func (rp *replayer) apply(r wal.Record) error {
+	cfg := rp.q.cfg()
+	eff, err := rp.st.apply(r, cfg.MaxDeliveries)
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	switch {
+	case eff == effectOverLimit: // r settles an earlier message: dead-letter that one
+		target, _ := decodeSettle(r.Payload) // apply decoded it already
+		rp.over = append(rp.over, target)
+	case r.Type == recPublish && cfg.DedupeWindow > 0:
+		if m := rp.st.msgs[r.Offset]; m != nil && m.id != "" {
+			rp.dedupe = append(rp.dedupe, dedupeRecord{ID: m.id, Offset: r.Offset, At: m.at})
+		}
+	}
+	return nil
+}
+
+// rebuild checks the snapshot against the opened log and replays what the
+// scan did not apply. A corrupt sealed segment is quarantined and its
+// messages counted as lost; the rest serves.
+func (b *Broker) rebuild(rp *replayer, idx int, log *wal.Log, haveSnap bool, snap snapshot) error {
+	name := rp.q.cfg().Name
+	if rp.err != nil {
+		return rp.err
+	}
+	switch {
+	case haveSnap && snap.Boundary > log.WrittenNext():
 		// Never written by this broker (it syncs before storing a
 		// snapshot); only a disk that lost synced data gets here.
 		b.log.Error("snapshot refers to records the log no longer has; replaying the log alone",
-			"queue", q.cfg().Name, "partition", idx, "boundary", snap.Boundary, "log_end", log.WrittenNext())
-	case ok && snap.Boundary < log.Head():
+			"queue", name, "partition", idx, "boundary", snap.Boundary, "log_end", log.WrittenNext())
+		*rp = replayer{q: rp.q, st: newPartitionState(log.Head())}
+	case haveSnap && snap.Boundary < log.Head():
 		b.log.Error("snapshot is older than the log head; replaying the log alone",
-			"queue", q.cfg().Name, "partition", idx, "boundary", snap.Boundary, "head", log.Head())
-	case ok:
-		st, dedupe = snap.restore(), snap.Dedupe
+			"queue", name, "partition", idx, "boundary", snap.Boundary, "head", log.Head())
+		*rp = replayer{q: rp.q, st: newPartitionState(log.Head())}
+	case !haveSnap && rp.st.appliedNext < log.Head():
+		rp.st.appliedNext = log.Head() // nothing applied yet: start at the head
 	}
-	var over []uint64
-	var quarantined []quarantineRecord
 	for _, h := range log.Holes() { // quarantined at an earlier start
-		quarantined = append(quarantined, quarantineRecord{Hole: h, Lost: st.dropRange(h.From, h.To)})
+		rp.quarantined = append(rp.quarantined, quarantineRecord{Hole: h, Lost: rp.st.dropRange(h.From, h.To)})
 	}
+	st := rp.st
 	for from := st.appliedNext; from < log.WrittenNext(); {
 		recs, err := log.ReadWritten(from, 4<<20)
-		if hole, ok := b.quarantineOnRead(q, idx, log, err); ok {
+		if hole, ok := b.quarantineOnRead(rp.q, idx, log, err); ok {
 			lost := st.dropRange(hole.From, hole.To)
 			st.appliedNext = max(st.appliedNext, hole.To)
-			quarantined = append(quarantined, quarantineRecord{Hole: hole, Lost: lost})
+			rp.quarantined = append(rp.quarantined, quarantineRecord{Hole: hole, Lost: lost})
 			from = hole.To
 			continue
 		}
 		if err != nil {
-			return rebuilt{}, fmt.Errorf("replay at %d: %w", from, err)
+			return fmt.Errorf("replay at %d: %w", from, err)
 		}
 		if len(recs) == 0 {
-			return rebuilt{}, errors.New("replay read nothing below the written frontier")
+			return errors.New("replay read nothing below the written frontier")
 		}
 		for _, r := range recs {
-			eff, err := st.apply(r, q.cfg().MaxDeliveries)
-			if err != nil {
-				return rebuilt{}, fmt.Errorf("replay: %w", err)
-			}
-			switch {
-			case eff == effectOverLimit: // r settles an earlier message: dead-letter that one
-				target, _ := decodeSettle(r.Payload) // apply decoded it already
-				over = append(over, target)
-			case r.Type == recPublish && q.cfg().DedupeWindow > 0:
-				if m := st.msgs[r.Offset]; m != nil && m.id != "" {
-					dedupe = append(dedupe, dedupeRecord{ID: m.id, Offset: r.Offset, At: m.at})
-				}
+			if err := rp.apply(r); err != nil {
+				return err
 			}
 		}
 		from = recs[len(recs)-1].Offset + 1
 	}
 	// A message that went past max deliveries and was then dead-lettered
 	// (its marker replayed too) is gone: only the ones left need it.
-	over = slices.DeleteFunc(over, func(off uint64) bool { return st.msgs[off] == nil })
+	rp.over = slices.DeleteFunc(rp.over, func(off uint64) bool { return st.msgs[off] == nil })
 	// Messages restored past max deliveries are settling in the snapshot
 	// too: find them.
+	maxDeliveries := rp.q.cfg().MaxDeliveries
 	for off, m := range st.msgs {
-		if q.cfg().MaxDeliveries > 0 && int(m.deliveries) >= q.cfg().MaxDeliveries && m.status == msgReady {
+		if maxDeliveries > 0 && int(m.deliveries) >= maxDeliveries && m.status == msgReady {
 			m.status = msgSettling
-			over = append(over, off)
+			rp.over = append(rp.over, off)
 		}
 	}
-	return rebuilt{st: st, dedupe: dedupe, over: over, quarantined: quarantined}, nil
+	return nil
 }
 
 // close stops the queue's partitions, syncing each log.

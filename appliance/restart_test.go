@@ -237,8 +237,15 @@ func TestRestartDeadLettersOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := b.rebuild(q, 0, q.parts[0].log)
+	snap, haveSnap, err := b.meta.snapshot("q", 0)
 	if err != nil {
+		t.Fatal(err)
+	}
+	r := &replayer{q: q, st: newPartitionState(0)}
+	if haveSnap {
+		r.st, r.dedupe = snap.restore(), snap.Dedupe
+	}
+	if err := b.rebuild(r, 0, q.parts[0].log, haveSnap, snap); err != nil {
 		t.Fatal(err)
 	}
 	if len(r.over) != 0 || len(r.st.msgs) != 0 {

@@ -87,6 +87,12 @@ type Options struct {
 	TailCacheBytes int64
 	// MaxRecordSize caps one record's payload. Default 8 MiB.
 	MaxRecordSize int
+	// OnRecover, if set, sees every record that recovery keeps in the active
+	// segment, in offset order, while Open scans it: a caller that rebuilds
+	// state from the log can do so in the same single read. The payload is
+	// valid only during the call. Records of sealed segments are not
+	// visited; read them as usual.
+	OnRecover func(Record)
 	// Logger receives warnings (recovery cuts, latches). Default slog.Default().
 	Logger *slog.Logger
 }

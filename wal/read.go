@@ -169,7 +169,7 @@ func (l *Log) segmentFor(offset uint64) (*segment, error) {
 func (l *Log) locate(seg *segment, offset uint64) (int64, error) {
 	seg.mu.Lock()
 	if !seg.indexed {
-		res, err := scanSegment(seg.file, seg.base, seg.end, l.opts.MaxRecordSize, l.opts.IndexSpacing, l.opts.SegmentSize)
+		res, err := scanSegment(seg.file, seg.base, seg.end, l.opts.MaxRecordSize, l.opts.IndexSpacing, l.opts.SegmentSize, nil)
 		if err != nil {
 			seg.mu.Unlock()
 			return 0, err

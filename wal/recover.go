@@ -295,7 +295,7 @@ func (l *Log) recoverActive(base, limit uint64) (*segment, int64, uint64, error)
 		return fail(err)
 	}
 	// Step 5b: scan the records.
-	res, err := scanSegment(f, base, limit, l.opts.MaxRecordSize, l.opts.IndexSpacing, l.opts.SegmentSize)
+	res, err := scanSegment(f, base, limit, l.opts.MaxRecordSize, l.opts.IndexSpacing, l.opts.SegmentSize, l.opts.OnRecover)
 	if err != nil {
 		return fail(err)
 	}

@@ -24,7 +24,9 @@ type scanResult struct {
 // the end of the file, or offset limit. It reads in large chunks with pread
 // and checks the checksum, the offset and the type of every record.
 // chunk is the read size, at most scanChunk (smaller for small segments).
-func scanSegment(f vfs.File, base, limit uint64, maxLen, spacing int, chunk int64) (scanResult, error) {
+// visit, if not nil, sees every valid record in order; its payload is valid
+// only during the call.
+func scanSegment(f vfs.File, base, limit uint64, maxLen, spacing int, chunk int64, visit func(Record)) (scanResult, error) {
 	res := scanResult{end: base, pos: segmentHeaderSize}
 	buf := make([]byte, max(min(chunk, scanChunk), 64<<10))
 	lastIndex := int64(-1 << 62)
@@ -42,6 +44,9 @@ func scanSegment(f vfs.File, base, limit uint64, maxLen, spacing int, chunk int6
 				if p := res.pos + int64(i); p-lastIndex >= int64(spacing) {
 					res.index = append(res.index, indexEntry{offset: rec.Offset, pos: p})
 					lastIndex = p
+				}
+				if visit != nil {
+					visit(rec)
 				}
 				i += used
 				res.end++
