@@ -24,7 +24,8 @@ type Options struct {
 	FS vfs.FS
 	// Logger receives the broker's logs. Default slog.Default().
 	Logger *slog.Logger
-	// SegmentSize of every queue log. Default 64 MiB.
+	// SegmentSize of every queue log. Default 16 MiB: segments are
+	// preallocated whole, so every partition holds at least one on disk.
 	SegmentSize int64
 	// TailCacheBytes per partition log. Default 1 MiB: small devices first.
 	TailCacheBytes int64
@@ -50,7 +51,7 @@ func (o Options) withDefaults() Options {
 		o.Logger = slog.Default()
 	}
 	if o.SegmentSize == 0 {
-		o.SegmentSize = 64 << 20
+		o.SegmentSize = 16 << 20
 	}
 	if o.TailCacheBytes == 0 {
 		o.TailCacheBytes = 1 << 20

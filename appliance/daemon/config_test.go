@@ -16,7 +16,7 @@ func TestDefault(t *testing.T) {
 	want := Config{
 		Server: ServerConfig{Listen: "127.0.0.1:7420", Tokens: []string{}, MaxFrame: 16 << 20, Heartbeat: Duration(10 * time.Second)},
 		Admin:  AdminConfig{Listen: "127.0.0.1:7421"},
-		Storage: StorageConfig{DataDir: "./data", SegmentSize: 64 << 20, TailCache: 1 << 20,
+		Storage: StorageConfig{DataDir: "./data", SegmentSize: 16 << 20, TailCache: 1 << 20,
 			MinFree: 64 << 20},
 		Log: LogConfig{Level: "info", Format: "text"},
 	}
@@ -138,7 +138,7 @@ func TestSetEveryKey(t *testing.T) {
 	}
 	// Defaults, as flags show them.
 	for _, k := range keys {
-		if k.Name == "storage.segment_size" && k.Default != "64MiB" {
+		if k.Name == "storage.segment_size" && k.Default != "16MiB" {
 			t.Errorf("segment_size default %q", k.Default)
 		}
 	}
