@@ -43,6 +43,8 @@
 //	00000000000000004096.seg   ...the last one is the active segment
 //	EPOCH                      epoch of the last Seal (absent until one)
 //	latched-cut.pending        present only after a latch: the offset to cut to
+//	<base>.seg.quarantined     a corrupt sealed segment set aside (Quarantine):
+//	                           never deleted; its offsets read as a hole
 //
 // A segment starts with a 32-byte header and holds records back to back:
 //
@@ -77,15 +79,19 @@
 //     its offset and sync the directory; step 5 stops at that offset.
 //  4. Open the sealed segments (all but the last) and check their headers. A
 //     bad header marks that segment corrupt (RecoveryReport.Corrupt); reads
-//     in its range fail with its *CorruptionError. Sealed segments are
-//     otherwise indexed on first read, not scanned at open, so start-up is
-//     bounded by the size of one segment.
+//     in its range fail with its *CorruptionError. Quarantined segment files
+//     become holes, from their base to the next segment's: reads there fail
+//     with a *HoleError naming the range. Sealed segments are otherwise
+//     indexed on first read, not scanned at open, so start-up is bounded by
+//     the size of one segment.
 //  5. Scan the active segment from its header with large preads, checking
 //     every record's checksum, offset and type, and build its sparse index.
 //     A missing or all-zero header (created, never synced) gets a fresh one.
 //     The scan stops at a zero header (the clean end), at the cut offset, or
 //     at the first bad record (a torn tail or corruption), which
 //     RecoveryReport.Stop names by segment, byte position and offset.
+//     Options.OnRecover sees every record the scan keeps, so a caller can
+//     rebuild its state in the same read.
 //  6. Cut everything after the last valid record: truncate the file there
 //     and preallocate again (or, where the file cannot be truncated, write
 //     zeros over the rest), so no stale record can ever be read back as a
