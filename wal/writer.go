@@ -80,7 +80,8 @@ type writer struct {
 	latched  bool
 	latchErr error
 	wakeSeq  uint64
-	st       Status // counters and times, published to Log.status after each event
+	ready    []*Completion // completed, to be woken by signal
+	st       Status        // counters and times, published to Log.status after each event
 }
 
 func (w *writer) run() {
@@ -105,7 +106,7 @@ func (w *writer) run() {
 			}
 			m.reply <- w.handleControl(m)
 		}
-		w.publishStatus()
+		w.signal()
 	}
 }
 
@@ -237,7 +238,7 @@ func (w *writer) cacheWritten() {
 	}
 }
 
-// complete signals one append, exactly once.
+// complete records one append's outcome; signal wakes it, exactly once.
 func (w *writer) complete(c *Completion, err error) {
 	c.err = err
 	w.wakeSeq++
@@ -246,7 +247,19 @@ func (w *writer) complete(c *Completion, err error) {
 	if err == nil && !c.syncReq {
 		w.st.Appends++
 	}
-	close(c.done)
+	w.ready = append(w.ready, c)
+}
+
+// signal publishes the status and then wakes the appends completed since
+// the last signal, in the order they completed: whoever returns from an
+// append finds the status already counting it.
+func (w *writer) signal() {
+	w.publishStatus()
+	for _, c := range w.ready {
+		close(c.done)
+	}
+	clear(w.ready)
+	w.ready = w.ready[:0]
 }
 
 // afterWrite starts the sync the waiters or the byte bound need, or arms the
@@ -307,6 +320,9 @@ func (w *writer) syncFinished(r syncResult, next bool) {
 		return // a result of a sync started before the latch
 	}
 	if r.err != nil {
+		if r.job.background {
+			w.st.BackgroundSyncFailures++
+		}
 		w.latch(&StorageError{Op: "sync", Err: r.err})
 		return
 	}
@@ -367,6 +383,7 @@ func (w *writer) syncInline() {
 	w.lastSyncAt = time.Now()
 	start := time.Now()
 	err := w.active.file.SyncData()
+	w.l.observeSync(time.Since(start), err)
 	if err == nil && job.dir {
 		err = w.l.dirFile.Sync()
 	}
@@ -508,7 +525,7 @@ func (w *writer) shutdown(sync bool) error {
 	close(w.l.syncReq)
 	w.l.written.fail(ErrClosed)
 	w.l.durable.fail(ErrClosed)
-	w.publishStatus()
+	w.signal()
 	return err
 }
 
@@ -526,11 +543,19 @@ func (l *Log) runSyncer() {
 	for job := range l.syncReq {
 		start := time.Now()
 		err := job.file.SyncData()
+		l.observeSync(time.Since(start), err)
 		if err == nil && job.dir {
 			if derr := l.dirFile.Sync(); derr != nil {
 				err = fmt.Errorf("sync directory: %w", derr)
 			}
 		}
 		l.syncDone <- syncResult{job: job, err: err, took: time.Since(start)}
+	}
+}
+
+// observeSync reports one fdatasync of a segment file to Options.OnSync.
+func (l *Log) observeSync(took time.Duration, err error) {
+	if l.opts.OnSync != nil {
+		l.opts.OnSync(took, err)
 	}
 }
