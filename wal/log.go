@@ -69,6 +69,9 @@ type Log struct {
 	statusMu sync.Mutex // guards status
 	status   Status
 
+	// Reads served from the tail cache and from segment files, per record.
+	cacheHits, cacheMisses atomic.Uint64
+
 	recovery  RecoveryReport
 	closeOnce sync.Once
 	closeErr  error

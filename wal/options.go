@@ -93,6 +93,11 @@ type Options struct {
 	// valid only during the call. Records of sealed segments are not
 	// visited; read them as usual.
 	OnRecover func(Record)
+	// OnSync, if set, is called after every fdatasync of a segment file
+	// (background, requested or inline at rollover and close) with how long
+	// it took and its error. It runs on the log's own goroutines, outside
+	// its locks, and must return quickly: metrics, not I/O.
+	OnSync func(took time.Duration, err error)
 	// Logger receives warnings (recovery cuts, latches). Default slog.Default().
 	Logger *slog.Logger
 }

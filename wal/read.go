@@ -52,6 +52,7 @@ func (l *Log) read(from, limit uint64, maxBytes int) ([]Record, error) {
 			out = append(out, rec)
 			total += len(rec.Payload)
 			o++
+			l.cacheHits.Add(1)
 			continue
 		}
 		recs, err := l.readSegment(o, limit, maxBytes-total)
@@ -61,6 +62,7 @@ func (l *Log) read(from, limit uint64, maxBytes int) ([]Record, error) {
 			}
 			return nil, err
 		}
+		l.cacheMisses.Add(uint64(len(recs)))
 		for _, rec := range recs {
 			if !fits(len(rec.Payload)) {
 				return out, nil

@@ -41,6 +41,10 @@ type Status struct {
 	SyncedAppends   uint64 // AfterFsync appends completed by those syncs (fan-in)
 	Wakeups         uint64 // append completions signalled (exactly one each)
 	Backpressured   uint64 // times appends were held for the byte bound
+
+	BackgroundSyncFailures uint64 // background syncs that failed (and latched the log)
+	TailCacheHits          uint64 // records read from the tail cache
+	TailCacheMisses        uint64 // records read from segment files
 }
 
 // Status returns a snapshot.
@@ -56,6 +60,7 @@ func (l *Log) Status() Status {
 		s.DurableLagRecords, s.DurableLagBytes, s.OldestUnsynced = 0, 0, time.Time{}
 	}
 	s.Epoch = l.epoch.Load()
+	s.TailCacheHits, s.TailCacheMisses = l.cacheHits.Load(), l.cacheMisses.Load()
 	l.segMu.RLock()
 	s.Head, s.Segments = l.head, len(l.segs)
 	l.segMu.RUnlock()
