@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"syscall"
 	"time"
-
-	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // maxGroupBytes caps how much one group write gathers from waiting appenders.
@@ -28,24 +26,6 @@ type control struct {
 	interval  time.Duration // ctlSettings: zero keeps, negative turns off
 	threshold int64         // ctlSettings: zero keeps, negative turns off
 	reply     chan error
-}
-
-// syncJob asks the syncer to fdatasync the active segment (and the directory
-// when a segment was created since the last directory sync). target is the
-// written frontier when the job was taken: a success makes it durable.
-type syncJob struct {
-	file        vfs.File
-	dir         bool
-	dirGen      uint64
-	target      uint64
-	targetBytes int64
-	background  bool
-}
-
-type syncResult struct {
-	job  syncJob
-	err  error
-	took time.Duration
 }
 
 // writer owns the active segment and the whole write path. Only the writer
@@ -262,138 +242,6 @@ func (w *writer) signal() {
 	w.ready = w.ready[:0]
 }
 
-// afterWrite starts the sync the waiters or the byte bound need, or arms the
-// background timer.
-func (w *writer) afterWrite() {
-	if w.latched || w.syncInFlight {
-		return
-	}
-	switch {
-	case len(w.fsyncWaiters) > 0:
-		w.startSync(false)
-	case w.threshold > 0 && w.writtenBytes-w.durableBytes >= w.threshold:
-		w.startSync(true)
-	default:
-		w.armTimer()
-	}
-}
-
-func (w *writer) armTimer() {
-	if w.latched || w.interval <= 0 || w.timerArmed || w.syncInFlight || w.next == w.l.durable.load() {
-		return
-	}
-	due := time.Until(w.lastSyncAt.Add(w.interval))
-	if due <= 0 {
-		w.startSync(true)
-		return
-	}
-	w.timer.Reset(due)
-	w.timerArmed = true
-}
-
-func (w *writer) backgroundTick() {
-	if w.latched || w.syncInFlight || w.next == w.l.durable.load() {
-		return
-	}
-	w.startSync(true)
-}
-
-// startSync submits one sync of everything written; at most one is in flight.
-func (w *writer) startSync(background bool) {
-	w.syncInFlight = true
-	w.lastSyncAt = time.Now()
-	w.l.syncReq <- syncJob{
-		file:        w.active.file,
-		dir:         w.dirGen > w.dirSynced,
-		dirGen:      w.dirGen,
-		target:      w.next,
-		targetBytes: w.writtenBytes,
-		background:  background,
-	}
-}
-
-// syncFinished applies a sync result; next says whether it may start the
-// next sync or arm the timer.
-func (w *writer) syncFinished(r syncResult, next bool) {
-	w.syncInFlight = false
-	if w.latched {
-		return // a result of a sync started before the latch
-	}
-	if r.err != nil {
-		if r.job.background {
-			w.st.BackgroundSyncFailures++
-		}
-		w.latch(&StorageError{Op: "sync", Err: r.err})
-		return
-	}
-	w.applySync(r.job, r.took)
-	if next {
-		w.afterWrite()
-	}
-}
-
-// applySync publishes a successful sync: the durable frontier moves to the
-// job's target and the appends it covers complete, lowest offset first.
-func (w *writer) applySync(job syncJob, took time.Duration) {
-	if job.dir && job.dirGen > w.dirSynced {
-		w.dirSynced = job.dirGen
-	}
-	w.durableBytes = job.targetBytes
-	w.st.Syncs++
-	if job.background {
-		w.st.BackgroundSyncs++
-	}
-	w.st.LastSync = time.Now()
-	w.st.LastSyncDuration = took
-	if job.target == w.next {
-		w.st.OldestUnsynced = time.Time{}
-	} else {
-		w.st.OldestUnsynced = w.afterJobWrite
-	}
-	w.afterJobWrite = time.Time{}
-	w.l.durable.advance(job.target)
-	n := 0
-	for n < len(w.fsyncWaiters) && w.fsyncWaiters[n].res.Next <= job.target {
-		if !w.fsyncWaiters[n].syncReq {
-			w.st.SyncedAppends++
-		}
-		w.complete(w.fsyncWaiters[n], nil)
-		n++
-	}
-	clear(w.fsyncWaiters[:n])
-	w.fsyncWaiters = append(w.fsyncWaiters[:0], w.fsyncWaiters[n:]...)
-}
-
-// waitSync waits for the sync in flight, if any, and applies its result.
-func (w *writer) waitSync() {
-	if w.syncInFlight {
-		w.syncFinished(<-w.l.syncDone, false)
-	}
-}
-
-// syncInline syncs the active segment (and the directory if owed) on the
-// writer goroutine: used by rollover, seal and close, never by appends.
-func (w *writer) syncInline() {
-	w.waitSync()
-	if w.latched || (w.next == w.l.durable.load() && w.dirGen == w.dirSynced) {
-		return
-	}
-	job := syncJob{file: w.active.file, dir: w.dirGen > w.dirSynced, dirGen: w.dirGen,
-		target: w.next, targetBytes: w.writtenBytes}
-	w.lastSyncAt = time.Now()
-	start := time.Now()
-	err := w.active.file.SyncData()
-	w.l.observeSync(time.Since(start), err)
-	if err == nil && job.dir {
-		err = w.l.dirFile.Sync()
-	}
-	if err != nil {
-		w.latch(&StorageError{Op: "sync", Err: err})
-		return
-	}
-	w.applySync(job, time.Since(start))
-}
-
 // roll seals the active segment (syncing only it, inline) and starts a new
 // one at the next offset. Its header and directory entry sync with the next
 // sync.
@@ -535,27 +383,4 @@ func (w *writer) publishStatus() {
 	w.st.SyncBytesThreshold = w.threshold
 	w.st.DurableLagBytes = w.writtenBytes - w.durableBytes
 	w.l.updateStatus(func(s *Status) { *s = w.st })
-}
-
-// runSyncer performs sync jobs one at a time, off the writer goroutine, so
-// writes go on while a sync is in flight.
-func (l *Log) runSyncer() {
-	for job := range l.syncReq {
-		start := time.Now()
-		err := job.file.SyncData()
-		l.observeSync(time.Since(start), err)
-		if err == nil && job.dir {
-			if derr := l.dirFile.Sync(); derr != nil {
-				err = fmt.Errorf("sync directory: %w", derr)
-			}
-		}
-		l.syncDone <- syncResult{job: job, err: err, took: time.Since(start)}
-	}
-}
-
-// observeSync reports one fdatasync of a segment file to Options.OnSync.
-func (l *Log) observeSync(took time.Duration, err error) {
-	if l.opts.OnSync != nil {
-		l.opts.OnSync(took, err)
-	}
 }
