@@ -41,6 +41,9 @@ type Options struct {
 	// CheckpointDelay is how long after a change a partition's checkpoint
 	// runs. Default 30 s. Idle partitions never checkpoint.
 	CheckpointDelay time.Duration
+	// Observer, if set, sees publishes, deliveries and log syncs as they
+	// happen (see Observer). Default nil: nothing is observed.
+	Observer Observer
 }
 
 func (o Options) withDefaults() Options {
@@ -244,7 +247,15 @@ func (b *Broker) PublishAsync(queueName string, m Message, done func(Confirm, er
 		done(Confirm{}, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(m.Body), b.opts.MaxMessageBytes))
 		return
 	}
-	q.publish(m, time.Now(), done)
+	now := time.Now()
+	if obs := b.opts.Observer; obs != nil {
+		inner, mode := done, q.cfg().Durability
+		done = func(c Confirm, err error) {
+			obs.Published(queueName, mode, time.Since(now), err)
+			inner(c, err)
+		}
+	}
+	q.publish(m, now, done)
 }
 
 // Publish publishes m and waits for its confirm.
@@ -321,6 +332,13 @@ func (b *Broker) QueueErrors() map[string]error {
 		out[k] = v
 	}
 	return out
+}
+
+// Closed reports whether Close has been called.
+func (b *Broker) Closed() bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.closed
 }
 
 // Close stops admission, checkpoints and syncs every partition, closes the

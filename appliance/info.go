@@ -61,6 +61,18 @@ type PartitionInfo struct {
 	Ready           int64
 	InFlight        int64
 	Quarantined     []Quarantined
+	Log             LogCounters
+}
+
+// LogCounters count a partition log's work since it was opened.
+type LogCounters struct {
+	Syncs                  uint64 // completed fdatasyncs
+	BackgroundSyncs        uint64 // of which started by the background interval
+	BackgroundSyncFailures uint64
+	SyncedAppends          uint64 // appends completed by those syncs: Syncs' fan-in
+	LastSyncDuration       time.Duration
+	TailCacheHits          uint64 // records read from the tail cache
+	TailCacheMisses        uint64 // records read from segment files
 }
 
 // QueueInfo returns a queue's view.
@@ -93,6 +105,11 @@ func (q *queue) info(now time.Time) QueueInfo {
 			Index: p.idx, WrittenNext: st.WrittenNext, DurableNext: st.DurableNext, Head: st.Head,
 			UnsyncedRecords: st.DurableLagRecords, UnsyncedBytes: st.DurableLagBytes,
 			LastSync: st.LastSync, SyncPending: st.SyncPending, Latched: st.Latched, Segments: st.Segments,
+			Log: LogCounters{
+				Syncs: st.Syncs, BackgroundSyncs: st.BackgroundSyncs, BackgroundSyncFailures: st.BackgroundSyncFailures,
+				SyncedAppends: st.SyncedAppends, LastSyncDuration: st.LastSyncDuration,
+				TailCacheHits: st.TailCacheHits, TailCacheMisses: st.TailCacheMisses,
+			},
 		}
 		if !st.OldestUnsynced.IsZero() {
 			pi.OldestUnsynced = now.Sub(st.OldestUnsynced)

@@ -290,6 +290,9 @@ func (p *partition) deliver(d dispatch) {
 		Deliveries: d.deliveries, MessageID: pub.MessageID, Headers: pub.Headers,
 		Body: pub.Body, PublishedAt: pub.At,
 	})
+	if obs := p.q.b.opts.Observer; obs != nil {
+		obs.Delivered(p.q.cfg().Name, p.q.cfg().Durability, d.deliveries, time.Since(pub.At))
+	}
 }
 
 // expire ends leases past their deadline: the message is released with one

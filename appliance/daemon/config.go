@@ -44,11 +44,10 @@ type ServerConfig struct {
 	Heartbeat Duration `toml:"heartbeat" help:"heartbeat interval; a client silent for three is closed; 0s: off"`
 }
 
-// AdminConfig is reserved for the admin HTTP API and dashboard, which this
-// release does not serve yet. The key is accepted and validated so that
-// config files written now keep working.
+// AdminConfig is the admin HTTP API, metrics and dashboard (package
+// appliance/admin), authenticated with the [server] tokens.
 type AdminConfig struct {
-	Listen string `toml:"listen" help:"admin API address (reserved: not served by this release)"`
+	Listen string `toml:"listen" help:"admin HTTP API, /metrics and dashboard address; empty: off"`
 }
 
 // StorageConfig is where and how queues are stored.

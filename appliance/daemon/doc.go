@@ -5,7 +5,7 @@
 // # Configuration
 //
 // A config file is TOML with the sections of default.toml, which is built
-// in: [server] (the client protocol), [admin] (reserved for the admin API),
+// in: [server] (the client protocol), [admin] (the admin HTTP API and /metrics),
 // [storage] and [log]. A file is read over the built-in defaults, so it
 // needs only the keys it changes; an unknown key is an error that names
 // it. Sizes are strings with a unit ("64MiB"), durations Go durations
@@ -13,7 +13,7 @@
 // (--server.listen, --storage.data_dir, ...) override the file.
 //
 // The defaults suit a small device: the client protocol on 127.0.0.1:7420
-// without authentication, data under ./data, a 1 MiB tail cache per
+// and the admin API on 127.0.0.1:7421, without authentication, data under ./data, a 1 MiB tail cache per
 // partition, the broker's small Pebble cache and memtables.
 //
 // # Memory
@@ -24,7 +24,8 @@
 //
 // # Shutdown
 //
-// When Run's context ends it stops admission first (server.Shutdown: a
+// When Run's context ends it stops the admin API (requests in progress
+// see their context end) and admission (server.Shutdown: a
 // Goodbye to every client, replies to requests already read, connections
 // closed and their unsettled deliveries released), bounded by
 // ShutdownTimeout, then closes the broker, which checkpoints and syncs

@@ -8,11 +8,14 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/http"
 	"path/filepath"
 	"runtime/debug"
 	"time"
 
 	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/appliance/admin"
+	"github.com/fibril-edge/fibril/appliance/dashboard"
 	"github.com/fibril-edge/fibril/appliance/server"
 )
 
@@ -28,7 +31,9 @@ const ShutdownTimeout = 30 * time.Second
 // after a clean shutdown.
 //
 // Once listening it logs msg="listening" proto=fibril addr=HOST:PORT with
-// the bound address (useful with port 0).
+// the bound address (useful with port 0), and the same with proto=admin
+// for the admin HTTP API when [admin] listen is set (same tokens as
+// [server]).
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -41,7 +46,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	dataDir, _ := filepath.Abs(cfg.Storage.DataDir)
+	metrics := admin.NewMetrics()
 	b, err := appliance.Open(appliance.Options{
+		Observer:        metrics,
 		DataDir:         cfg.Storage.DataDir,
 		Logger:          log,
 		SegmentSize:     int64(cfg.Storage.SegmentSize),
@@ -66,6 +73,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	log.Info("listening", "proto", "fibril", "addr", ln.Addr().String(), "tls", srvOpts.TLS != nil,
 		"auth", len(srvOpts.Tokens) > 0)
+	adm, err := startAdmin(cfg, b, metrics, srv, log)
+	if err != nil {
+		_ = ln.Close()
+		return errors.Join(err, closeBroker(b, log))
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -77,9 +89,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		runErr = fmt.Errorf("serve: %w", err)
 		served = nil
 		log.Error("server failed; shutting down", "err", err)
+	case err := <-adm.served:
+		runErr = fmt.Errorf("serve admin: %w", err)
+		adm.served = nil
+		log.Error("admin server failed; shutting down", "err", err)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 	defer cancel()
+	adm.shutdown(sctx, log)
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn("client connections closed before they finished", "err", err)
 	}
@@ -130,4 +147,63 @@ func serverOptions(c ServerConfig, log *slog.Logger) (server.Options, error) {
 		o.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	return o, o.Validate()
+}
+
+// adminServer is the admin HTTP API as Run serves it; served is nil when
+// [admin] listen is empty.
+type adminServer struct {
+	http   *http.Server
+	cancel context.CancelFunc // ends the requests' contexts at shutdown
+	served chan error
+}
+
+// startAdmin serves the admin API on cfg's [admin] listen address, with
+// the [server] tokens.
+func startAdmin(cfg Config, b *appliance.Broker, m *admin.Metrics, srv *server.Server, log *slog.Logger) (*adminServer, error) {
+	if cfg.Admin.Listen == "" {
+		log.Info("admin API off: [admin] listen is empty")
+		return &adminServer{}, nil
+	}
+	api, err := admin.New(b, admin.Options{Tokens: cfg.Server.Tokens, Logger: log, Metrics: m,
+		ServerConnections: srv.Connections, UI: dashboard.Handler()})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Admin.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s (admin.listen): %w", cfg.Admin.Listen, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &adminServer{
+		http: &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second,
+			BaseContext: func(net.Listener) context.Context { return ctx },
+			ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
+		cancel: cancel,
+		served: make(chan error, 1),
+	}
+	log.Info("listening", "proto", "admin", "addr", ln.Addr().String(), "auth", len(cfg.Server.Tokens) > 0)
+	go func() {
+		err := a.http.Serve(ln)
+		if !errors.Is(err, http.ErrServerClosed) {
+			a.served <- err
+		}
+		close(a.served)
+	}()
+	return a, nil
+}
+
+// shutdown ends the requests in progress (a get waiting for messages
+// returns at once) and stops the admin server.
+func (a *adminServer) shutdown(ctx context.Context, log *slog.Logger) {
+	if a.http == nil {
+		return
+	}
+	a.cancel()
+	if err := a.http.Shutdown(ctx); err != nil {
+		log.Warn("admin requests cut short", "err", err)
+	}
+	if a.served != nil {
+		for range a.served {
+		}
+	}
 }

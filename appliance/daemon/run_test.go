@@ -14,10 +14,11 @@ import (
 
 const waitLimit = 20 * time.Second
 
-// listenWatcher is a slog handler that reports the address of the
-// "listening" record and drops everything else.
+// listenWatcher is a slog handler that reports the addresses of the
+// "listening" records (proto=fibril on addr, proto=admin on admin) and
+// drops everything else.
 type listenWatcher struct {
-	addr chan string
+	addr, admin chan string
 }
 
 func (h listenWatcher) Enabled(context.Context, slog.Level) bool { return true }
@@ -25,12 +26,22 @@ func (h listenWatcher) WithAttrs([]slog.Attr) slog.Handler       { return h }
 func (h listenWatcher) WithGroup(string) slog.Handler            { return h }
 func (h listenWatcher) Handle(_ context.Context, r slog.Record) error {
 	if r.Message == "listening" {
+		var proto, addr string
 		r.Attrs(func(a slog.Attr) bool {
-			if a.Key == "addr" {
-				h.addr <- a.Value.String()
+			switch a.Key {
+			case "proto":
+				proto = a.Value.String()
+			case "addr":
+				addr = a.Value.String()
 			}
 			return true
 		})
+		switch proto {
+		case "fibril":
+			h.addr <- addr
+		case "admin":
+			h.admin <- addr
+		}
 	}
 	return nil
 }
@@ -39,8 +50,20 @@ func (h listenWatcher) Handle(_ context.Context, r slog.Record) error {
 // on and a function that stops it and returns Run's error.
 func startRun(t *testing.T, cfg Config) (string, func() error) {
 	t.Helper()
+	addr, _, stop := startRunAdmin(t, cfg)
+	return addr, stop
+}
+
+// startRunAdmin is startRun that also returns the admin API's address
+// ("" when cfg turns it off). An admin address of the default port is
+// replaced by port 0.
+func startRunAdmin(t *testing.T, cfg Config) (string, string, func() error) {
+	t.Helper()
+	if cfg.Admin.Listen == Default().Admin.Listen {
+		cfg.Admin.Listen = "127.0.0.1:0"
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w := listenWatcher{addr: make(chan string, 1)}
+	w := listenWatcher{addr: make(chan string, 1), admin: make(chan string, 1)}
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, cfg, slog.New(w)) }()
 	stop := func() error {
@@ -52,17 +75,20 @@ func startRun(t *testing.T, cfg Config) (string, func() error) {
 			return errors.New("Run did not return after its context ended")
 		}
 	}
-	select {
-	case addr := <-w.addr:
-		return addr, stop
-	case err := <-done:
-		cancel()
-		t.Fatalf("Run: %v", err)
-	case <-time.After(waitLimit):
-		cancel()
-		t.Fatal("Run never listened")
+	var addr, admin string
+	for addr == "" || (admin == "" && cfg.Admin.Listen != "") {
+		select {
+		case addr = <-w.addr:
+		case admin = <-w.admin:
+		case err := <-done:
+			cancel()
+			t.Fatalf("Run: %v", err)
+		case <-time.After(waitLimit):
+			cancel()
+			t.Fatal("Run never listened")
+		}
 	}
-	return "", nil
+	return addr, admin, stop
 }
 
 func TestRunServesAndShutsDownCleanly(t *testing.T) {

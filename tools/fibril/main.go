@@ -28,11 +28,28 @@ type command struct {
 
 // commands is every subcommand. Add new ones here.
 var commands = []command{
+	{path: []string{"pub"}, summary: "publish messages to a queue", run: runPub},
+	{path: []string{"sub"}, summary: "consume messages from a queue", run: runSub},
+	{path: []string{"queue", "ls"}, summary: "list queues (admin API)", run: runQueueLs},
+	{path: []string{"queue", "info"}, summary: "show a queue's state per partition (admin API)", run: runQueueInfo},
+	{path: []string{"queue", "declare"}, summary: "create a queue (admin API)", run: runQueueDeclare},
+	{path: []string{"queue", "rm"}, summary: "delete a queue and its messages (admin API)", run: runQueueRm},
+	{path: []string{"settings", "get"}, summary: "show runtime settings (admin API)", run: runSettingsGet},
+	{path: []string{"settings", "set"}, summary: "change runtime settings (admin API)", run: runSettingsSet},
+	{path: []string{"log", "verify"}, summary: "check segment logs offline; exit 1 on corruption", run: runLogVerify},
+	{path: []string{"log", "dump"}, summary: "print a segment log's records offline", run: runLogDump},
 	{
 		path:    []string{"log", "bench"},
 		summary: "benchmark the segment log and the storage under it",
 		run:     runLogBench,
 	},
+	{path: []string{"doctor"}, summary: "measure the disk and say what durable and buffered queues cost", run: runDoctor},
+}
+
+// completion walks the commands table, so it joins it in init.
+func init() {
+	commands = append(commands, command{path: []string{"completion"},
+		summary: "print a bash, zsh or fish completion script", run: runCompletion})
 }
 
 // usageError marks an invocation mistake; main prints it with the usage
@@ -77,13 +94,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var uerr *usageError
 	switch {
 	case err == nil:
-		return 0
+		return exitOK
 	case errors.As(err, &uerr):
 		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", name, err, name)
-		return 2
+		return exitUsage
 	default:
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 1
+		return exitCode(err)
 	}
 }
 
@@ -107,7 +124,24 @@ func findCommand(args []string) (command, []string, bool) {
 func printUsage(w io.Writer) {
 	fmt.Fprintf(w, "Usage: fibril <command> [flags]\n\nCommands:\n")
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-14s %s\n", strings.Join(c.path, " "), c.summary)
+		fmt.Fprintf(w, "  %-16s %s\n", strings.Join(c.path, " "), c.summary)
 	}
-	fmt.Fprintf(w, "\nRun 'fibril <command> --help' for a command's flags, 'fibril --version' for the version.\n")
+	fmt.Fprint(w, `
+Connection flags (commands that talk to fibrild):
+  --server ADDR   client protocol, for pub and sub (env FIBRIL_SERVER,
+                  default 127.0.0.1:7420)
+  --admin URL     admin HTTP API, for queue and settings (env FIBRIL_ADMIN,
+                  default http://127.0.0.1:7421)
+  --token TOKEN   auth token (env FIBRIL_TOKEN)
+  --json          JSON output for scripts, one object per line
+
+Exit status:
+  0  success
+  1  failure (fibrild unreachable or refused, corruption found, ...)
+  2  usage error (bad command, flag or argument)
+  3  not found (no such queue, setting, directory)
+  4  conflict (e.g. declaring a queue with the other mode)
+
+Run 'fibril <command> --help' for a command's flags, 'fibril --version' for the version.
+`)
 }

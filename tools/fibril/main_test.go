@@ -21,6 +21,11 @@ func TestRunDispatch(t *testing.T) {
 		{args: []string{"log"}, code: 2, wantStderr: "Usage: fibril"},
 		{args: []string{"log", "bench", "--help"}, code: 0, wantStdout: "Usage: fibril log bench"},
 		{args: []string{"log", "bench", "--batch", "x"}, code: 2, wantStderr: "--batch"},
+		{args: []string{"--help"}, code: 0, wantStdout: "4  conflict"},
+		{args: []string{"queue"}, code: 2, wantStderr: "queue declare"},
+		{args: []string{"queue", "ls", "--nope"}, code: 2, wantStderr: "unknown flag: --nope"},
+		{args: []string{"queue", "rm", "--help"}, code: 0, wantStdout: "Usage: fibril queue rm NAME"},
+		{args: []string{"sub", "--help"}, code: 0, wantStdout: "requeue"},
 	}
 	for _, tt := range tests {
 		var stdout, stderr bytes.Buffer

@@ -40,7 +40,7 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 func startE2E(t *testing.T, data string) *daemonProcess {
 	t.Helper()
 	return startDaemon(t, buildDaemon(t), "--storage.data_dir", data,
-		"--server.listen", "127.0.0.1:0", "--storage.min_free", "0")
+		"--server.listen", "127.0.0.1:0", "--admin.listen", "127.0.0.1:0", "--storage.min_free", "0")
 }
 
 func dialE2E(t *testing.T, ctx context.Context, addr string, opts client.Options) *client.Client {

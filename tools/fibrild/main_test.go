@@ -198,7 +198,7 @@ func TestDaemonProcess(t *testing.T) {
 	}
 	bin := buildDaemon(t)
 	data := t.TempDir()
-	args := []string{"--storage.data_dir", data, "--server.listen", "127.0.0.1:0", "--storage.min_free", "0"}
+	args := []string{"--storage.data_dir", data, "--server.listen", "127.0.0.1:0", "--admin.listen", "127.0.0.1:0", "--storage.min_free", "0"}
 
 	p := startDaemon(t, bin, args...)
 	if !strings.Contains(p.logText(), "version=test-1") || !strings.Contains(p.logText(), "config=") {

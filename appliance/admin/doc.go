@@ -1,0 +1,36 @@
+// Package admin is the broker's admin HTTP API and its Prometheus metrics,
+// served by fibrild on the [admin] listen address (127.0.0.1:7421 by
+// default) next to the dashboard.
+//
+// Routes (Go 1.22 ServeMux patterns; docs/admin-api.md has examples):
+//
+//	GET    /api/queues                  list, with failed queues
+//	POST   /api/queues                  declare (create or confirm)
+//	GET    /api/queues/{name}           inspect
+//	DELETE /api/queues/{name}           delete
+//	POST   /api/queues/{name}/messages  publish one message
+//	POST   /api/queues/{name}/get       fetch and settle a few messages
+//	GET    /api/settings                runtime settings
+//	PUT    /api/settings                change them (validated, persisted)
+//	GET    /healthz                     the process answers
+//	GET    /readyz                      broker open, no queue failed or latched
+//	GET    /metrics                     Prometheus exposition
+//	/                                   the dashboard, if Options.UI is set
+//
+// Every API handler returns (value, error) through one decorator (jsonAPI)
+// that writes the value as JSON, or maps the error to a status and a body
+// {"error": "...", "code": "..."}; see errors.go for the table.
+//
+// Authentication: when Options.Tokens is not empty, /api/ and /metrics
+// require "Authorization: Bearer <token>" with one of them (the wire
+// protocol's tokens). /healthz and /readyz answer without a token so that
+// probes need none; the UI's static files are served without one, and the
+// dashboard sends the token on its API calls.
+//
+// Metrics come from two places. State the broker already keeps (queue
+// backlog and counters, partition frontiers, the logs' sync and cache
+// counters) is read when /metrics is scraped, by a custom collector, so an
+// idle broker does no metrics work. Events (publishes, confirms,
+// deliveries, their latencies, fsync latency) are counted by Metrics, an
+// appliance.Observer given to the broker when it opens.
+package admin

@@ -1,0 +1,230 @@
+package admin
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/fibril-edge/fibril/appliance"
+)
+
+// queueView is a queue as the API shows it. Every position names its
+// boundary: written (handed to the operating system) or durable (synced).
+type queueView struct {
+	Name        string          `json:"name"`
+	Durability  string          `json:"durability"`
+	Warning     string          `json:"warning,omitempty"` // the loss window of a buffered queue
+	Unavailable string          `json:"unavailable,omitempty"`
+	Messages    int64           `json:"messages"` // unsettled: ready plus in flight
+	Bytes       int64           `json:"bytes"`
+	Ready       int64           `json:"ready"`
+	InFlight    int64           `json:"in_flight"`
+	Consumers   int             `json:"consumers"`
+	Counters    countersView    `json:"counters"`
+	DeadLetter  string          `json:"dead_letter"`
+	MaxDeliv    int             `json:"max_deliveries"`
+	AckDeadline int64           `json:"ack_deadline_ms"`
+	Dedupe      int64           `json:"dedupe_window_ms"`
+	Limits      limitsView      `json:"limits"`
+	Partitions  []partitionView `json:"partitions"`
+}
+
+type limitsView struct {
+	MaxBytes    int64  `json:"max_bytes"`    // 0: unlimited
+	MaxMessages int64  `json:"max_messages"` // 0: unlimited
+	Overflow    string `json:"overflow"`     // reject | drop-oldest
+}
+
+type countersView struct {
+	Published       int64 `json:"published"`
+	Duplicates      int64 `json:"duplicates"`
+	Expired         int64 `json:"expired"`
+	Discarded       int64 `json:"discarded"`
+	DeadLettered    int64 `json:"dead_lettered"`
+	RejectedFull    int64 `json:"rejected_full"`
+	RejectedDisk    int64 `json:"rejected_disk"`
+	DroppedOverflow int64 `json:"dropped_overflow"`
+	LostQuarantined int64 `json:"lost_quarantined"`
+}
+
+type partitionView struct {
+	Index            int               `json:"index"`
+	WrittenNext      uint64            `json:"written_next"` // offset after the last record handed to the OS
+	DurableNext      uint64            `json:"durable_next"` // offset after the last synced record
+	UnsyncedRecords  uint64            `json:"unsynced_records"`
+	UnsyncedBytes    int64             `json:"unsynced_bytes"`
+	OldestUnsyncedMs int64             `json:"oldest_unsynced_ms"` // 0 when nothing is unsynced
+	LastSync         *time.Time        `json:"last_sync"`          // null before the first sync
+	SyncPending      bool              `json:"sync_pending"`
+	Latched          bool              `json:"latched"`
+	LastError        string            `json:"last_error"`
+	Head             uint64            `json:"head"`
+	Segments         int               `json:"segments"`
+	Messages         int64             `json:"messages"`
+	Ready            int64             `json:"ready"`
+	InFlight         int64             `json:"in_flight"`
+	Quarantined      []quarantinedView `json:"quarantined"`
+}
+
+type quarantinedView struct {
+	FromOffset   uint64 `json:"from_offset"`
+	ToOffset     uint64 `json:"to_offset"` // exclusive
+	File         string `json:"file"`
+	LostMessages int64  `json:"lost_messages"`
+}
+
+func viewQueue(in appliance.QueueInfo) queueView {
+	c, k := in.Config, in.Counters
+	v := queueView{
+		Name: c.Name, Durability: c.Durability.String(), Warning: in.Warning, Unavailable: in.Unavailable,
+		Messages: in.Messages, Bytes: in.Bytes, Ready: in.Ready, InFlight: in.InFlight, Consumers: in.Consumers,
+		Counters: countersView{
+			Published: k.Published, Duplicates: k.Duplicates, Expired: k.Expired, Discarded: k.Discarded,
+			DeadLettered: k.DeadLettered, RejectedFull: k.RejectedFull, RejectedDisk: k.RejectedDisk,
+			DroppedOverflow: k.DroppedOverflow, LostQuarantined: k.LostQuarantined,
+		},
+		DeadLetter: c.DeadLetter, MaxDeliv: c.MaxDeliveries,
+		AckDeadline: c.AckDeadline.Milliseconds(), Dedupe: c.DedupeWindow.Milliseconds(),
+		Limits:     limitsView{MaxBytes: c.MaxBytes, MaxMessages: c.MaxMessages, Overflow: c.Overflow.String()},
+		Partitions: make([]partitionView, 0, len(in.Partitions)),
+	}
+	for _, p := range in.Partitions {
+		pv := partitionView{
+			Index: p.Index, WrittenNext: p.WrittenNext, DurableNext: p.DurableNext,
+			UnsyncedRecords: p.UnsyncedRecords, UnsyncedBytes: p.UnsyncedBytes,
+			OldestUnsyncedMs: p.OldestUnsynced.Milliseconds(), SyncPending: p.SyncPending,
+			Latched: p.Latched, LastError: p.LastError, Head: p.Head, Segments: p.Segments,
+			Messages: p.Messages, Ready: p.Ready, InFlight: p.InFlight,
+			Quarantined: make([]quarantinedView, 0, len(p.Quarantined)),
+		}
+		if !p.LastSync.IsZero() {
+			t := p.LastSync.UTC()
+			pv.LastSync = &t
+		}
+		for _, q := range p.Quarantined {
+			pv.Quarantined = append(pv.Quarantined, quarantinedView{
+				FromOffset: q.FromOffset, ToOffset: q.ToOffset, File: q.File, LostMessages: q.LostMessages})
+		}
+		v.Partitions = append(v.Partitions, pv)
+	}
+	return v
+}
+
+// queueList is GET /api/queues: the open queues and those that failed to
+// open at start-up.
+type queueList struct {
+	Queues []queueView  `json:"queues"`
+	Failed []failedView `json:"failed"`
+}
+
+type failedView struct {
+	Name  string `json:"name"`
+	Error string `json:"error"`
+}
+
+func (s *Server) listQueues(r *http.Request) (int, any, error) {
+	out := queueList{Queues: []queueView{}, Failed: []failedView{}}
+	for _, name := range s.b.QueueNames() {
+		in, err := s.b.QueueInfo(name)
+		if err != nil {
+			continue // deleted since the listing
+		}
+		out.Queues = append(out.Queues, viewQueue(in))
+	}
+	for name, err := range s.b.QueueErrors() {
+		out.Failed = append(out.Failed, failedView{Name: name, Error: err.Error()})
+	}
+	return 0, out, nil
+}
+
+// declareRequest is POST /api/queues. Omitted fields take their defaults
+// on a new queue and keep the stored value on an existing one.
+type declareRequest struct {
+	Name          string `json:"name"`
+	Durability    string `json:"durability"` // durable | buffered | "" (keep, or durable)
+	Partitions    int    `json:"partitions"`
+	DeadLetter    string `json:"dead_letter"`
+	MaxDeliveries int    `json:"max_deliveries"`
+	AckDeadlineMs int64  `json:"ack_deadline_ms"`
+	MaxBytes      int64  `json:"max_bytes"`
+	MaxMessages   int64  `json:"max_messages"`
+	Overflow      string `json:"overflow"` // reject | drop-oldest
+	DedupeMs      int64  `json:"dedupe_window_ms"`
+}
+
+func (d declareRequest) config() (appliance.QueueConfig, error) {
+	mode, err := appliance.ParseDurability(d.Durability)
+	if err != nil {
+		return appliance.QueueConfig{}, err
+	}
+	c := appliance.QueueConfig{
+		Name: d.Name, Durability: mode, Partitions: d.Partitions, DeadLetter: d.DeadLetter,
+		MaxDeliveries: d.MaxDeliveries, AckDeadline: time.Duration(d.AckDeadlineMs) * time.Millisecond,
+		MaxBytes: d.MaxBytes, MaxMessages: d.MaxMessages, DedupeWindow: time.Duration(d.DedupeMs) * time.Millisecond,
+	}
+	if d.Overflow != "" {
+		if c.Overflow, err = appliance.ParseOverflow(d.Overflow); err != nil {
+			return appliance.QueueConfig{}, err
+		}
+	}
+	return c, nil
+}
+
+// declareReply is POST /api/queues: 201 when created, 200 when the queue
+// existed; the view carries the mode in effect and its warning.
+type declareReply struct {
+	Created bool      `json:"created"`
+	Queue   queueView `json:"queue"`
+}
+
+func (s *Server) declareQueue(r *http.Request) (int, any, error) {
+	var req declareRequest
+	if err := decode(r, maxRequest, &req); err != nil {
+		return 0, nil, err
+	}
+	cfg, err := req.config()
+	if err != nil {
+		return 0, nil, err
+	}
+	res, err := s.b.Declare(r.Context(), cfg)
+	if err != nil {
+		return 0, nil, err
+	}
+	in, err := s.b.QueueInfo(res.Config.Name)
+	if err != nil {
+		return 0, nil, err
+	}
+	status := http.StatusOK
+	if res.Created {
+		status = http.StatusCreated
+	}
+	return status, declareReply{Created: res.Created, Queue: viewQueue(in)}, nil
+}
+
+func (s *Server) getQueue(r *http.Request) (int, any, error) {
+	name, err := queueName(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	in, err := s.b.QueueInfo(name)
+	if err != nil {
+		return 0, nil, err
+	}
+	return 0, viewQueue(in), nil
+}
+
+func (s *Server) deleteQueue(r *http.Request) (int, any, error) {
+	name, err := queueName(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := s.b.DeleteQueue(r.Context(), name); err != nil {
+		return 0, nil, err
+	}
+	return 0, map[string]string{"deleted": name}, nil
+}
+
+// queueName is the {name} of the path, checked.
+func queueName(r *http.Request) (string, error) {
+	name := r.PathValue("name")
+	return name, appliance.ValidateName(name)
+}

@@ -1,0 +1,114 @@
+package admin
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fibril-edge/fibril/appliance"
+)
+
+// TestDeclareInspectDelete walks a queue's life through the API and every
+// error a declare can meet.
+func TestDeclareInspectDelete(t *testing.T) {
+	f := newFixture(t, Options{})
+	q := f.declare(map[string]any{"name": "clicks", "durability": "buffered", "partitions": 2, "max_messages": 100})
+	if q.Durability != "buffered" || q.Warning != appliance.BufferedWarning || len(q.Partitions) != 2 || q.Limits.MaxMessages != 100 {
+		t.Fatalf("declared %+v", q)
+	}
+
+	// A re-declare naming no mode keeps it: 200, not created.
+	var rep declareReply
+	f.do("POST", "/api/queues", map[string]any{"name": "clicks"}).want(t, http.StatusOK, &rep)
+	if rep.Created || rep.Queue.Durability != "buffered" {
+		t.Fatalf("re-declare: %+v", rep)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		body   any
+		status int
+		code   string
+	}{
+		{"other mode", map[string]any{"name": "clicks", "durability": "durable"}, http.StatusConflict, "mode_conflict"},
+		{"other partitions", map[string]any{"name": "clicks", "partitions": 3}, http.StatusConflict, "conflict"},
+		{"bad name", map[string]any{"name": "-bad name"}, http.StatusBadRequest, "invalid"},
+		{"no name", map[string]any{}, http.StatusBadRequest, "invalid"},
+		{"bad durability", map[string]any{"name": "x", "durability": "sometimes"}, http.StatusBadRequest, "invalid"},
+		{"bad overflow", map[string]any{"name": "x", "overflow": "spill"}, http.StatusBadRequest, "invalid"},
+		{"bad value", map[string]any{"name": "x", "partitions": 1000}, http.StatusBadRequest, "invalid"},
+		{"unknown field", map[string]any{"name": "x", "colour": "red"}, http.StatusBadRequest, "invalid"},
+		{"not json", "{name:", http.StatusBadRequest, "invalid"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f.do("POST", "/api/queues", tc.body).wantError(t, tc.status, tc.code)
+		})
+	}
+	e := f.do("POST", "/api/queues", map[string]any{"name": "clicks", "durability": "durable"}).wantError(t, http.StatusConflict, "mode_conflict")
+	if !strings.Contains(e.Error, "buffered") {
+		t.Fatalf("conflict message %q does not say the mode in effect", e.Error)
+	}
+
+	f.declare(map[string]any{"name": "orders"}) // durable by default
+	var list queueList
+	f.do("GET", "/api/queues", nil).want(t, http.StatusOK, &list)
+	var names []string
+	for _, q := range list.Queues {
+		names = append(names, q.Name+":"+q.Durability)
+	}
+	if !slices.Equal(names, []string{"clicks:buffered", "orders:durable"}) || len(list.Failed) != 0 {
+		t.Fatalf("list %v failed %v", names, list.Failed)
+	}
+
+	var got queueView
+	f.do("GET", "/api/queues/orders", nil).want(t, http.StatusOK, &got)
+	if got.Name != "orders" || got.Warning != "" || got.AckDeadline != appliance.DefaultAckDeadline.Milliseconds() {
+		t.Fatalf("orders: %+v", got)
+	}
+	f.do("GET", "/api/queues/nope", nil).wantError(t, http.StatusNotFound, "not_found")
+	f.do("GET", "/api/queues/-x", nil).wantError(t, http.StatusBadRequest, "invalid")
+
+	f.do("DELETE", "/api/queues/orders", nil).want(t, http.StatusOK, nil)
+	f.do("GET", "/api/queues/orders", nil).wantError(t, http.StatusNotFound, "not_found")
+	f.do("DELETE", "/api/queues/orders", nil).wantError(t, http.StatusNotFound, "not_found")
+	if r := f.do("PATCH", "/api/queues/clicks", nil); r.status != http.StatusMethodNotAllowed {
+		t.Fatalf("PATCH: status %d", r.status)
+	}
+}
+
+// TestQueueViewNamesEveryBoundary checks the JSON field names an operator
+// and the dashboard rely on.
+func TestQueueViewNamesEveryBoundary(t *testing.T) {
+	f := newFixture(t, Options{})
+	f.declare(map[string]any{"name": "clicks", "durability": "buffered"})
+	f.do("POST", "/api/queues/clicks/messages", map[string]any{"body": "hello"}).want(t, http.StatusOK, nil)
+	var q map[string]any
+	f.do("GET", "/api/queues/clicks", nil).want(t, http.StatusOK, &q)
+	for _, k := range []string{"name", "durability", "warning", "partitions", "messages", "bytes", "ready", "in_flight",
+		"consumers", "counters", "dead_letter", "max_deliveries", "ack_deadline_ms", "dedupe_window_ms", "limits"} {
+		if _, ok := q[k]; !ok {
+			t.Errorf("queue view lacks %q", k)
+		}
+	}
+	counters := q["counters"].(map[string]any)
+	for _, k := range []string{"published", "duplicates", "expired", "discarded", "dead_lettered",
+		"rejected_full", "rejected_disk", "dropped_overflow", "lost_quarantined"} {
+		if _, ok := counters[k]; !ok {
+			t.Errorf("counters lack %q", k)
+		}
+	}
+	p := q["partitions"].([]any)[0].(map[string]any)
+	for _, k := range []string{"index", "written_next", "durable_next", "unsynced_records", "unsynced_bytes",
+		"oldest_unsynced_ms", "last_sync", "sync_pending", "latched", "last_error", "head", "segments",
+		"messages", "ready", "in_flight", "quarantined"} {
+		if _, ok := p[k]; !ok {
+			t.Errorf("partition view lacks %q", k)
+		}
+	}
+	if p["written_next"].(float64) != 1 || counters["published"].(float64) != 1 {
+		raw, _ := json.Marshal(q)
+		t.Fatalf("after one publish: %s", raw)
+	}
+}

@@ -1,0 +1,201 @@
+package dashboard
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/appliance/admin"
+)
+
+// apiCall sends a JSON request to the admin API and decodes the reply into
+// out (if not nil), failing the test on a status other than want.
+func apiCall(t *testing.T, method, url string, body any, want int, out any) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer res.Body.Close()
+	got, _ := io.ReadAll(res.Body)
+	if res.StatusCode != want {
+		t.Fatalf("%s %s: status %d, want %d: %s", method, url, res.StatusCode, want, got)
+	}
+	if out != nil {
+		if err := json.Unmarshal(got, out); err != nil {
+			t.Fatalf("%s %s: decode %s: %v", method, url, got, err)
+		}
+	}
+}
+
+func setSyncInterval(t *testing.T, base string, ms int) {
+	t.Helper()
+	var s map[string]any
+	apiCall(t, "GET", base+"/api/settings", nil, http.StatusOK, &s)
+	s["storage.background_sync_interval_ms"] = ms
+	apiCall(t, "PUT", base+"/api/settings", s, http.StatusOK, nil)
+}
+
+func syncInterval(t *testing.T, base string) float64 {
+	t.Helper()
+	var s map[string]any
+	apiCall(t, "GET", base+"/api/settings", nil, http.StatusOK, &s)
+	v, ok := s["storage.background_sync_interval_ms"].(float64)
+	if !ok {
+		t.Fatalf("GET /api/settings: no storage.background_sync_interval_ms in %v", s)
+	}
+	return v
+}
+
+// TestDashboardInBrowser drives the dashboard in headless Chromium against
+// the admin API: a buffered queue shows as buffered, its unsynced records
+// rise while background sync is off and fall to zero once it is back on,
+// the settings page changes a setting (and shows a validation error), the
+// node page renders, and the queues page stays within a 375 px screen.
+func TestDashboardInBrowser(t *testing.T) {
+	base := startNode(t)
+	b := startBrowser(t, 1280, 900)
+	const queue = "clicks.eu-west"
+	card := fmt.Sprintf(`article[data-queue=%q]`, queue)
+
+	// Records stay written, not durable, while background sync is off.
+	setSyncInterval(t, base, 0)
+	apiCall(t, "POST", base+"/api/queues", map[string]any{"name": queue, "durability": "buffered"}, http.StatusCreated, nil)
+
+	b.do(t, "open the queues page", chromedp.Navigate(base+"/#/queues"),
+		chromedp.WaitVisible(chromedp.CSS(`main[data-page="queues"] `+card+` .badge.buffered`)))
+	if got := b.text(t, card+` .badge.buffered`); !strings.EqualFold(got, "buffered") {
+		t.Errorf("mode badge says %q, want buffered", got)
+	}
+	if got := b.text(t, card+` [data-field="warning"]`); got == "" {
+		t.Error("buffered queue shows no loss-window warning")
+	}
+	unsynced := card + ` dd[data-field="unsynced-records"]`
+	b.waitFor(t, "no unsynced records before publishing", number(unsynced)+` === 0`, textOf(unsynced))
+
+	const published = 5
+	for i := range published {
+		publish(t, base, queue, fmt.Sprintf("click %d", i))
+	}
+	b.waitFor(t, "unsynced records after publishing with background sync off", number(unsynced)+` > 0`, textOf(unsynced))
+	b.waitFor(t, "the backlog", number(card+` dd[data-field="backlog"]`)+` === `+fmt.Sprint(published), textOf(card+` dd[data-field="backlog"]`))
+	b.waitFor(t, "a publish rate", textOf(card+` dd[data-field="publish-rate"]`)+`.endsWith('/s')`, textOf(card+` dd[data-field="publish-rate"]`))
+	b.screenshot(t, "dashboard-queues-unsynced.png")
+
+	setSyncInterval(t, base, 100)
+	b.waitFor(t, "unsynced records back to 0 once background sync is on", number(unsynced)+` === 0`, textOf(unsynced))
+
+	// The queue page.
+	b.do(t, "open the queue page", chromedp.Click(chromedp.CSS(card+` a.name`)),
+		chromedp.WaitVisible(chromedp.CSS(`main[data-page="queue"] tr[data-partition="0"] td[data-field="durable-next"]`)))
+	b.waitFor(t, "the durable frontier past the publishes", number(`tr[data-partition="0"] td[data-field="durable-next"]`)+` >= `+fmt.Sprint(published),
+		textOf(`tr[data-partition="0"] td[data-field="durable-next"]`))
+	b.screenshot(t, "dashboard-queue.png")
+
+	// The settings page: a value out of range is refused with the server's
+	// message; a good one is saved and in force.
+	input := `#s-storage-background-sync-interval-ms`
+	b.do(t, "open the settings page", chromedp.Navigate(base+"/#/settings"), chromedp.WaitVisible(chromedp.CSS(`main[data-page="settings"] `+input)))
+	b.do(t, "submit an invalid interval", chromedp.SetValue(chromedp.CSS(input), "-5"), chromedp.Click(chromedp.CSS(`#settings-save`)),
+		chromedp.WaitVisible(chromedp.CSS(`#settings-result .error`)))
+	if got := b.text(t, `#settings-result .error`); !strings.Contains(got, "background_sync_interval_ms") {
+		t.Errorf("validation error says %q, want it to name storage.background_sync_interval_ms", got)
+	}
+	if got := syncInterval(t, base); got != 100 {
+		t.Fatalf("after a refused change the interval is %v, want 100", got)
+	}
+	b.do(t, "submit a valid interval", chromedp.SetValue(chromedp.CSS(input), "250"), chromedp.Click(chromedp.CSS(`#settings-save`)),
+		chromedp.WaitVisible(chromedp.CSS(`#settings-result .ok`)))
+	if got := syncInterval(t, base); got != 250 {
+		t.Fatalf("GET /api/settings after saving 250 from the page: interval %v", got)
+	}
+	b.screenshot(t, "dashboard-settings.png")
+
+	// The node page.
+	b.do(t, "open the node page", chromedp.Navigate(base+"/#/node"), chromedp.WaitVisible(chromedp.CSS(`main[data-page="node"] table.kv`)))
+	b.screenshot(t, "dashboard-node.png")
+
+	// A phone: every page fits 375 px without sideways scrolling.
+	b.do(t, "a 375 px screen", chromedp.EmulateViewport(375, 812))
+	for _, page := range []struct{ hash, name, shot string }{
+		{"#/node", "node", ""},
+		{"#/settings", "settings", ""},
+		{"#/queues/" + queue, "queue", "dashboard-queue-375px.png"},
+		{"#/queues", "queues", "dashboard-queues-375px.png"},
+	} {
+		b.do(t, "open "+page.hash+" at 375 px", chromedp.Navigate(base+"/"+page.hash),
+			chromedp.WaitVisible(chromedp.CSS(`main[data-page="`+page.name+`"] h1, main[data-page="`+page.name+`"] .card`)))
+		b.waitFor(t, page.hash+" without horizontal overflow at 375 px", `document.documentElement.scrollWidth <= window.innerWidth`,
+			`'scrollWidth ' + document.documentElement.scrollWidth + ' innerWidth ' + window.innerWidth`)
+		if page.shot != "" {
+			b.screenshot(t, page.shot)
+		}
+	}
+
+	b.checkNoExceptions(t)
+}
+
+// TestDashboardToken: with tokens configured the page asks for one, and
+// uses it once given.
+func TestDashboardToken(t *testing.T) {
+	base := startNode(t, "s3cret")
+	b := startBrowser(t, 800, 600)
+	b.do(t, "open the page without a token", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(`#auth-token`)))
+	b.waitFor(t, "the status to report the refusal", textOf(`#status`)+`.includes('401')`, textOf(`#status`))
+	b.do(t, "give the token", chromedp.SendKeys(chromedp.CSS(`#auth-token`), "s3cret"), chromedp.Click(chromedp.CSS(`#auth button`)),
+		chromedp.WaitVisible(chromedp.CSS(`main[data-page="queues"] h1`)), chromedp.WaitNotVisible(chromedp.CSS(`#auth`)))
+	b.checkNoExceptions(t)
+}
+
+// startNode opens a broker in a temporary directory and serves the admin
+// API over it with the dashboard at "/", as fibrild does; it returns the
+// base URL. Everything closes when the test ends.
+func startNode(t *testing.T, tokens ...string) string {
+	t.Helper()
+	metrics := admin.NewMetrics()
+	quiet := slog.New(slog.DiscardHandler)
+	b, err := appliance.Open(appliance.Options{DataDir: t.TempDir(), Observer: metrics, Logger: quiet,
+		CheckpointDelay: time.Hour}) // no checkpoint syncs the log behind the test's back
+	if err != nil {
+		t.Fatalf("open broker: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("close broker: %v", err)
+		}
+	})
+	srv, err := admin.New(b, admin.Options{UI: Handler(), Metrics: metrics, Logger: quiet, Tokens: tokens})
+	if err != nil {
+		t.Fatalf("admin server: %v", err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	return hs.URL
+}
+
+func publish(t *testing.T, base, queue, body string) {
+	t.Helper()
+	apiCall(t, "POST", base+"/api/queues/"+queue+"/messages", map[string]any{"body": body}, http.StatusOK, nil)
+}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/fibril-edge/fibril/appliance/client"
+)
+
+// Exit statuses. printUsage lists them for the operator.
+const (
+	exitOK       = 0
+	exitFailure  = 1
+	exitUsage    = 2
+	exitNotFound = 3
+	exitConflict = 4
+)
+
+// Defaults of the connection flags and their environment variables.
+const (
+	defaultServer = "127.0.0.1:7420"
+	defaultAdmin  = "http://127.0.0.1:7421"
+	envServer     = "FIBRIL_SERVER"
+	envAdmin      = "FIBRIL_ADMIN"
+	envToken      = "FIBRIL_TOKEN"
+)
+
+// exitError carries an exit status other than 1 for a failure.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// withExit gives err the exit status code.
+func withExit(code int, err error) error { return &exitError{code: code, err: err} }
+
+// exitCode is the status err asks for: 3 for something not found, 4 for
+// a conflict, else 1.
+func exitCode(err error) int {
+	var ee *exitError
+	switch {
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.Is(err, client.ErrNotFound):
+		return exitNotFound
+	case errors.Is(err, client.ErrConflict):
+		return exitConflict
+	}
+	return exitFailure
+}
+
+// connFlags are the flags of the commands that talk to fibrild.
+type connFlags struct {
+	server, admin, token string
+	json                 bool
+}
+
+// addServerFlags registers --server, --token and --json.
+func (c *connFlags) addServerFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.server, "server", envOr(envServer, defaultServer), "fibrild's client protocol address (env "+envServer+")")
+	fs.StringVar(&c.token, "token", os.Getenv(envToken), "auth token (env "+envToken+")")
+	fs.BoolVar(&c.json, "json", false, "print JSON, one object per line")
+}
+
+// addAdminFlags registers --admin, --token and --json.
+func (c *connFlags) addAdminFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.admin, "admin", envOr(envAdmin, defaultAdmin), "fibrild's admin HTTP API (env "+envAdmin+")")
+	fs.StringVar(&c.token, "token", os.Getenv(envToken), "auth token (env "+envToken+")")
+	fs.BoolVar(&c.json, "json", false, "print JSON")
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// dial connects to fibrild over the client protocol, failing at once
+// (no reconnecting) with advice when it cannot.
+func (c *connFlags) dial(ctx context.Context) (*client.Client, error) {
+	cl, err := client.Dial(ctx, c.server, client.Options{
+		Token:            c.token,
+		ClientName:       "fibril-cli",
+		DialTimeout:      5 * time.Second,
+		DisableReconnect: true,
+		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		return nil, serverError(c.server, err)
+	}
+	return cl, nil
+}
+
+// serverError explains a failure to talk to fibrild at addr.
+func serverError(addr string, err error) error {
+	var op *net.OpError
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &op):
+		return fmt.Errorf("cannot reach fibrild at %s: is it running? start it with `make run` or `systemctl start fibril`, or point --server (env %s) at it: %w", addr, envServer, err)
+	case errors.Is(err, client.ErrUnauthorized):
+		return fmt.Errorf("fibrild at %s refused the token: pass --token or set %s: %w", addr, envToken, err)
+	case errors.Is(err, client.ErrUnsupportedVersion):
+		return fmt.Errorf("fibrild at %s speaks another protocol version: use a fibril CLI of the same release: %w", addr, err)
+	}
+	return err
+}
+
+// writeJSON prints v as one line of JSON.
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode JSON: %w", err)
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// parseFlags parses args with fs, turning --help into a nil error with
+// done set and any other mistake into a usageError.
+func parseFlags(fs *pflag.FlagSet, help string, args []string, stdout io.Writer) (done bool, err error) {
+	fs.SetOutput(io.Discard)
+	fs.SortFlags = false
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			fmt.Fprint(stdout, help)
+			fmt.Fprintf(stdout, "\nFlags:\n%s", fs.FlagUsages())
+			return true, nil
+		}
+		return false, usagef("%v", err)
+	}
+	return false, nil
+}
+
+// wantArgs checks the count of positional arguments.
+func wantArgs(fs *pflag.FlagSet, min, max int, names string) error {
+	n := fs.NArg()
+	if n < min || (max >= 0 && n > max) {
+		if n < min {
+			return usagef("missing %s", names)
+		}
+		return usagef("unexpected argument %q", fs.Arg(max))
+	}
+	return nil
+}
+
+// printable returns b as text when it is valid UTF-8 without control
+// characters other than tab, else quoted.
+func printable(b []byte) string {
+	s := string(b)
+	if strings.IndexFunc(s, func(r rune) bool { return r == 0xfffd || (r < 0x20 && r != '\t') || r == 0x7f }) < 0 {
+		return s
+	}
+	return fmt.Sprintf("%q", b)
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+)
+
+const completionHelp = `Usage: fibril completion bash|zsh|fish
+
+Prints a shell completion script for fibril's commands. Load it with:
+  bash:  source <(fibril completion bash)      (or save it under
+         /etc/bash_completion.d/fibril)
+  zsh:   source <(fibril completion zsh)
+  fish:  fibril completion fish > ~/.config/fish/completions/fibril.fish
+`
+
+// runCompletion is "fibril completion".
+func runCompletion(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
+		fmt.Fprint(stdout, completionHelp)
+		return nil
+	}
+	if len(args) != 1 {
+		return usagef("want one shell: bash, zsh or fish")
+	}
+	tree := commandTree()
+	switch args[0] {
+	case "bash":
+		return writeBashCompletion(stdout, tree)
+	case "zsh":
+		// zsh runs the bash script through bashcompinit.
+		fmt.Fprintln(stdout, "autoload -U +X bashcompinit && bashcompinit")
+		return writeBashCompletion(stdout, tree)
+	case "fish":
+		return writeFishCompletion(stdout, tree)
+	}
+	return usagef("unknown shell %q: want bash, zsh or fish", args[0])
+}
+
+// commandTree maps each command prefix ("" for the top) to the words that
+// may follow it.
+func commandTree() map[string][]string {
+	tree := map[string][]string{}
+	for _, c := range commands {
+		for i := range c.path {
+			prefix := strings.Join(c.path[:i], " ")
+			if !slices.Contains(tree[prefix], c.path[i]) {
+				tree[prefix] = append(tree[prefix], c.path[i])
+			}
+		}
+	}
+	tree[""] = append(tree[""], "help", "--help", "--version")
+	tree["completion"] = []string{"bash", "zsh", "fish"}
+	return tree
+}
+
+func writeBashCompletion(w io.Writer, tree map[string][]string) error {
+	prefixes := make([]string, 0, len(tree))
+	for p := range tree {
+		prefixes = append(prefixes, p)
+	}
+	sort.Strings(prefixes)
+	var b strings.Builder
+	b.WriteString("# bash completion for fibril\n_fibril() {\n")
+	b.WriteString("  local cur=${COMP_WORDS[COMP_CWORD]} path=\"\" w i\n")
+	b.WriteString("  for ((i = 1; i < COMP_CWORD; i++)); do\n")
+	b.WriteString("    w=${COMP_WORDS[i]}\n    [[ $w == -* ]] && continue\n")
+	b.WriteString("    path=\"${path:+$path }$w\"\n  done\n")
+	b.WriteString("  local words=\"\"\n  case \"$path\" in\n")
+	for _, p := range prefixes {
+		fmt.Fprintf(&b, "    %q) words=%q ;;\n", p, strings.Join(tree[p], " "))
+	}
+	b.WriteString("    *) words=\"--help --json\" ;;\n  esac\n")
+	b.WriteString("  COMPREPLY=($(compgen -W \"$words\" -- \"$cur\"))\n}\n")
+	b.WriteString("complete -o default -F _fibril fibril\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeFishCompletion(w io.Writer, tree map[string][]string) error {
+	var b strings.Builder
+	b.WriteString("# fish completion for fibril\ncomplete -c fibril -f\n")
+	summaries := map[string]string{}
+	for _, c := range commands {
+		summaries[strings.Join(c.path, " ")] = c.summary
+	}
+	prefixes := make([]string, 0, len(tree))
+	for p := range tree {
+		prefixes = append(prefixes, p)
+	}
+	sort.Strings(prefixes)
+	for _, p := range prefixes {
+		cond := "__fish_use_subcommand"
+		if p != "" {
+			// The words typed so far (flags aside) must be exactly p.
+			cond = fmt.Sprintf("test (string join ' ' (commandline -opc)[2..] | string replace -ra ' ?-[^ ]*' '') = %q", p)
+		}
+		for _, word := range tree[p] {
+			if strings.HasPrefix(word, "-") {
+				continue
+			}
+			desc := summaries[strings.TrimSpace(p+" "+word)]
+			fmt.Fprintf(&b, "complete -c fibril -n %q -a %q -d %q\n", cond, word, desc)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,418 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+const queueLsHelp = `Usage: fibril queue ls [flags]
+
+Lists the queues through fibrild's admin HTTP API (GET /api/queues): name,
+mode (buffered queues are marked), partitions, backlog and consumers. With
+--json it prints the API's answer as one line.
+`
+
+const queueInfoHelp = `Usage: fibril queue info NAME [flags]
+
+Shows one queue through the admin HTTP API (GET /api/queues/NAME): its
+settings, counters and, per partition, the written and durable frontiers,
+what is written but not yet synced, backlog and leases. With --json it
+prints the API's answer as one line. Exit status 3 if there is no such
+queue.
+`
+
+const queueDeclareHelp = `Usage: fibril queue declare NAME [flags]
+
+Creates a queue through the admin HTTP API (POST /api/queues), following the
+declare rules: declaring an existing queue with the same mode succeeds, the
+other mode is a conflict (exit status 4). A durable queue confirms a publish
+once it is synced to disk; a buffered one once the operating system has it,
+so a power loss can lose what was confirmed since the last background sync.
+Flags not given are left to the broker's defaults.
+`
+
+const queueRmHelp = `Usage: fibril queue rm NAME [flags]
+
+Deletes a queue and its messages through the admin HTTP API
+(DELETE /api/queues/NAME). Exit status 3 if there is no such queue.
+`
+
+// queueAPIPath is the admin API path of one queue.
+func queueAPIPath(name string) string { return "/api/queues/" + url.PathEscape(name) }
+
+// runQueueLs is "fibril queue ls".
+func runQueueLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := pflag.NewFlagSet("fibril queue ls", pflag.ContinueOnError)
+	var conn connFlags
+	conn.addAdminFlags(fs)
+	if done, err := parseFlags(fs, queueLsHelp, args, stdout); done || err != nil {
+		return err
+	}
+	if err := wantArgs(fs, 0, 0, ""); err != nil {
+		return err
+	}
+	api, err := conn.adminClient()
+	if err != nil {
+		return err
+	}
+	var raw json.RawMessage
+	if err := api.do(ctx, "GET", "/api/queues", nil, &raw); err != nil {
+		return fmt.Errorf("list queues: %w", err)
+	}
+	if conn.json {
+		return writeRawJSON(stdout, raw)
+	}
+	queues, failed, err := queueList(raw)
+	if err != nil {
+		return fmt.Errorf("list queues: %w", err)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tMODE\tPARTITIONS\tMESSAGES\tREADY\tIN_FLIGHT\tCONSUMERS")
+	for _, q := range queues {
+		mode := compact(firstOf(q, "-", "durability", "mode"))
+		if mode == "buffered" {
+			mode = "buffered (!)" // confirms before the disk has it
+		}
+		if u, ok := q["unavailable"].(string); ok && u != "" {
+			mode += " UNAVAILABLE"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", compact(q["name"]), mode, compact(partitionCount(q)),
+			compact(sumField(q, "messages")), compact(sumField(q, "ready")),
+			compact(sumField(q, "in_flight")), compact(q["consumers"]))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, f := range failed {
+		fmt.Fprintf(stdout, "FAILED %s: %s\n", compact(f["name"]), compact(f["error"]))
+	}
+	if len(queues) == 0 && len(failed) == 0 {
+		fmt.Fprintln(stderr, "no queues; declare one with: fibril queue declare NAME")
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d queues failed to open; see fibrild's log", len(failed))
+	}
+	return nil
+}
+
+// queueList decodes {"queues": [...], "failed": [{"name","error"}]}.
+func queueList(raw json.RawMessage) (queues, failed []map[string]any, err error) {
+	var list struct {
+		Queues []map[string]any `json:"queues"`
+		Failed []map[string]any `json:"failed"`
+	}
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, nil, fmt.Errorf("decode answer: %w", err)
+	}
+	return list.Queues, list.Failed, nil
+}
+
+// runQueueInfo is "fibril queue info".
+func runQueueInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := pflag.NewFlagSet("fibril queue info", pflag.ContinueOnError)
+	var conn connFlags
+	conn.addAdminFlags(fs)
+	if done, err := parseFlags(fs, queueInfoHelp, args, stdout); done || err != nil {
+		return err
+	}
+	if err := wantArgs(fs, 1, 1, "NAME"); err != nil {
+		return err
+	}
+	api, err := conn.adminClient()
+	if err != nil {
+		return err
+	}
+	name := fs.Arg(0)
+	var raw json.RawMessage
+	if err := api.do(ctx, "GET", queueAPIPath(name), nil, &raw); err != nil {
+		return fmt.Errorf("queue %s: %w", name, err)
+	}
+	if conn.json {
+		return writeRawJSON(stdout, raw)
+	}
+	var q map[string]any
+	if err := json.Unmarshal(raw, &q); err != nil {
+		return fmt.Errorf("queue %s: decode answer: %w", name, err)
+	}
+	return printObject(stdout, q)
+}
+
+// runQueueDeclare is "fibril queue declare".
+func runQueueDeclare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := pflag.NewFlagSet("fibril queue declare", pflag.ContinueOnError)
+	var conn connFlags
+	buffered := fs.Bool("buffered", false, "confirm publishes once written to the OS (fast; a power loss can lose them)")
+	durable := fs.Bool("durable", false, "confirm publishes once synced to disk (the broker's default)")
+	partitions := fs.Int("partitions", 0, "partitions (default: the broker's)")
+	deadLetter := fs.String("dead-letter", "", "queue that receives rejected and expired messages")
+	maxDeliveries := fs.Int("max-deliveries", 0, "deliveries before a message goes to the dead-letter queue")
+	ackDeadline := fs.Duration("ack-deadline", 0, "how long a delivery may stay unsettled")
+	maxBytes := fs.Int64("max-bytes", 0, "bound on the queue's bytes")
+	maxMessages := fs.Int64("max-messages", 0, "bound on the queue's messages")
+	dropOldest := fs.Bool("drop-oldest", false, "when full, drop the oldest messages instead of refusing publishes")
+	dedupe := fs.Duration("dedupe-window", 0, "how long message IDs are remembered to drop duplicates")
+	conn.addAdminFlags(fs)
+	if done, err := parseFlags(fs, queueDeclareHelp, args, stdout); done || err != nil {
+		return err
+	}
+	if err := wantArgs(fs, 1, 1, "NAME"); err != nil {
+		return err
+	}
+	if *buffered && *durable {
+		return usagef("--buffered and --durable exclude each other")
+	}
+	name := fs.Arg(0)
+	req := map[string]any{"name": name}
+	switch {
+	case *buffered:
+		req["durability"] = "buffered"
+	case *durable:
+		req["durability"] = "durable"
+	}
+	set := func(flag, key string, v any) {
+		if fs.Changed(flag) {
+			req[key] = v
+		}
+	}
+	set("partitions", "partitions", *partitions)
+	set("dead-letter", "dead_letter", *deadLetter)
+	set("max-deliveries", "max_deliveries", *maxDeliveries)
+	set("ack-deadline", "ack_deadline_ms", ackDeadline.Milliseconds())
+	set("max-bytes", "max_bytes", *maxBytes)
+	set("max-messages", "max_messages", *maxMessages)
+	if *dropOldest {
+		req["overflow"] = "drop-oldest"
+	}
+	set("dedupe-window", "dedupe_window_ms", dedupe.Milliseconds())
+	for _, d := range []*time.Duration{ackDeadline, dedupe} {
+		if *d < 0 {
+			return usagef("durations must not be negative")
+		}
+	}
+
+	api, err := conn.adminClient()
+	if err != nil {
+		return err
+	}
+	var raw json.RawMessage
+	if err := api.do(ctx, "POST", "/api/queues", req, &raw); err != nil {
+		if exitCode(err) == exitConflict {
+			return fmt.Errorf("declare %s: %w (a queue's mode is fixed when it is first declared: delete it with `fibril queue rm %s` to change it)", name, err, name)
+		}
+		return fmt.Errorf("declare %s: %w", name, err)
+	}
+	if conn.json {
+		return writeRawJSON(stdout, raw)
+	}
+	var reply struct {
+		Created bool           `json:"created"`
+		Queue   map[string]any `json:"queue"`
+	}
+	if err := json.Unmarshal(raw, &reply); err != nil {
+		return fmt.Errorf("declare %s: decode answer: %w", name, err)
+	}
+	q := reply.Queue
+	verb := "declared"
+	if !reply.Created {
+		verb = "exists:"
+	}
+	fmt.Fprintf(stdout, "%s %s (%s, %s partitions)\n", verb, name, compact(q["durability"]), compact(partitionCount(q)))
+	if w, ok := q["warning"].(string); ok && w != "" {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
+	}
+	return nil
+}
+
+// runQueueRm is "fibril queue rm".
+func runQueueRm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := pflag.NewFlagSet("fibril queue rm", pflag.ContinueOnError)
+	var conn connFlags
+	conn.addAdminFlags(fs)
+	if done, err := parseFlags(fs, queueRmHelp, args, stdout); done || err != nil {
+		return err
+	}
+	if err := wantArgs(fs, 1, 1, "NAME"); err != nil {
+		return err
+	}
+	api, err := conn.adminClient()
+	if err != nil {
+		return err
+	}
+	name := fs.Arg(0)
+	if err := api.do(ctx, "DELETE", queueAPIPath(name), nil, nil); err != nil {
+		return fmt.Errorf("delete %s: %w", name, err)
+	}
+	if conn.json {
+		return writeJSON(stdout, map[string]any{"deleted": name})
+	}
+	_, err = fmt.Fprintf(stdout, "deleted %s\n", name)
+	return err
+}
+
+// writeRawJSON prints an API answer compacted to one line.
+func writeRawJSON(w io.Writer, raw json.RawMessage) error {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return fmt.Errorf("decode answer: %w", err)
+	}
+	return writeJSON(w, v)
+}
+
+// firstOf returns the first of keys that o has, or def.
+func firstOf(o map[string]any, def any, keys ...string) any {
+	for _, k := range keys {
+		if v, ok := o[k]; ok && v != nil {
+			return v
+		}
+	}
+	return def
+}
+
+// partitionCount reads "partitions" as a number or a list.
+func partitionCount(q map[string]any) any {
+	switch p := q["partitions"].(type) {
+	case []any:
+		return len(p)
+	case nil:
+		return "-"
+	default:
+		return p
+	}
+}
+
+// sumField returns q[key], or the sum of key over q's partitions, or "-".
+func sumField(q map[string]any, key string) any {
+	if v, ok := q[key].(float64); ok {
+		return v
+	}
+	parts, ok := q["partitions"].([]any)
+	if !ok {
+		return "-"
+	}
+	sum, found := 0.0, false
+	for _, p := range parts {
+		if m, ok := p.(map[string]any); ok {
+			if v, ok := m[key].(float64); ok {
+				sum, found = sum+v, true
+			}
+		}
+	}
+	if !found {
+		return "-"
+	}
+	return sum
+}
+
+// printObject prints an object's scalar fields as "key: value" lines,
+// nested objects indented, and lists of objects as tables.
+func printObject(w io.Writer, o map[string]any) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	var tables []string
+	keys := sortedKeys(o)
+	sort.SliceStable(keys, func(i, j int) bool { return fieldRank(keys[i]) < fieldRank(keys[j]) })
+	for _, k := range keys {
+		switch v := o[k].(type) {
+		case []any:
+			if len(v) > 0 {
+				if _, ok := v[0].(map[string]any); ok {
+					tables = append(tables, k)
+					continue
+				}
+			}
+			fmt.Fprintf(tw, "%s:\t%s\n", k, compact(v))
+		case map[string]any:
+			for _, sub := range sortedKeys(v) {
+				fmt.Fprintf(tw, "%s.%s:\t%s\n", k, sub, compact(v[sub]))
+			}
+		default:
+			fmt.Fprintf(tw, "%s:\t%s\n", k, compact(v))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, k := range tables {
+		rows := o[k].([]any)
+		cols := map[string]bool{}
+		for _, r := range rows {
+			if m, ok := r.(map[string]any); ok {
+				for c := range m {
+					cols[c] = true
+				}
+			}
+		}
+		names := sortedKeys(cols)
+		sort.SliceStable(names, func(i, j int) bool { return columnRank(names[i]) < columnRank(names[j]) })
+		fmt.Fprintf(w, "\n%s:\n", k)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, strings.ToUpper(strings.Join(names, "\t")))
+		for _, r := range rows {
+			m, _ := r.(map[string]any)
+			vals := make([]string, len(names))
+			for i, c := range names {
+				vals[i] = compact(m[c])
+			}
+			fmt.Fprintln(tw, strings.Join(vals, "\t"))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// columnOrder puts a partition's identity and frontiers first; other
+// columns follow in name order.
+var columnOrder = []string{"index", "partition", "name", "written_next", "durable_next", "unsynced_records",
+	"unsynced_bytes", "oldest_unsynced_ms", "last_sync", "sync_pending", "messages", "ready", "in_flight"}
+
+// fieldOrder puts what a queue is before what it holds.
+var fieldOrder = []string{"name", "durability", "warning", "unavailable", "messages", "ready", "in_flight", "consumers", "bytes"}
+
+func fieldRank(name string) int {
+	if i := slices.Index(fieldOrder, name); i >= 0 {
+		return i
+	}
+	return len(fieldOrder)
+}
+
+func columnRank(name string) int {
+	if i := slices.Index(columnOrder, name); i >= 0 {
+		return i
+	}
+	return len(columnOrder)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// compact prints a JSON value briefly: strings bare, numbers without
+// exponent, the rest as JSON.
+func compact(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "-"
+	case string:
+		return v
+	case float64:
+		return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%f", v), "0"), ".")
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
