@@ -167,3 +167,19 @@ func printable(b []byte) string {
 	}
 	return fmt.Sprintf("%q", b)
 }
+
+// adminArgs finishes an admin command's command line: it adds the
+// connection flags, parses args (done is true when help was printed), checks
+// the argument count and returns the admin API client.
+func adminArgs(fs *pflag.FlagSet, conn *connFlags, help string, args []string, stdout io.Writer,
+	minArgs, maxArgs int, names string) (api *adminClient, done bool, err error) {
+	conn.addAdminFlags(fs)
+	if done, err := parseFlags(fs, help, args, stdout); done || err != nil {
+		return nil, done, err
+	}
+	if err := wantArgs(fs, minArgs, maxArgs, names); err != nil {
+		return nil, false, err
+	}
+	api, err = conn.adminClient()
+	return api, false, err
+}

@@ -54,15 +54,8 @@ func queueAPIPath(name string) string { return "/api/queues/" + url.PathEscape(n
 func runQueueLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := pflag.NewFlagSet("fibril queue ls", pflag.ContinueOnError)
 	var conn connFlags
-	conn.addAdminFlags(fs)
-	if done, err := parseFlags(fs, queueLsHelp, args, stdout); done || err != nil {
-		return err
-	}
-	if err := wantArgs(fs, 0, 0, ""); err != nil {
-		return err
-	}
-	api, err := conn.adminClient()
-	if err != nil {
+	api, done, err := adminArgs(fs, &conn, queueLsHelp, args, stdout, 0, 0, "")
+	if done || err != nil {
 		return err
 	}
 	var raw json.RawMessage
@@ -121,15 +114,8 @@ func queueList(raw json.RawMessage) (queues, failed []map[string]any, err error)
 func runQueueInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := pflag.NewFlagSet("fibril queue info", pflag.ContinueOnError)
 	var conn connFlags
-	conn.addAdminFlags(fs)
-	if done, err := parseFlags(fs, queueInfoHelp, args, stdout); done || err != nil {
-		return err
-	}
-	if err := wantArgs(fs, 1, 1, "NAME"); err != nil {
-		return err
-	}
-	api, err := conn.adminClient()
-	if err != nil {
+	api, done, err := adminArgs(fs, &conn, queueInfoHelp, args, stdout, 1, 1, "NAME")
+	if done || err != nil {
 		return err
 	}
 	name := fs.Arg(0)
@@ -237,15 +223,8 @@ func runQueueDeclare(ctx context.Context, args []string, stdout, stderr io.Write
 func runQueueRm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := pflag.NewFlagSet("fibril queue rm", pflag.ContinueOnError)
 	var conn connFlags
-	conn.addAdminFlags(fs)
-	if done, err := parseFlags(fs, queueRmHelp, args, stdout); done || err != nil {
-		return err
-	}
-	if err := wantArgs(fs, 1, 1, "NAME"); err != nil {
-		return err
-	}
-	api, err := conn.adminClient()
-	if err != nil {
+	api, done, err := adminArgs(fs, &conn, queueRmHelp, args, stdout, 1, 1, "NAME")
+	if done || err != nil {
 		return err
 	}
 	name := fs.Arg(0)
