@@ -40,14 +40,23 @@ func (g *diskGuard) check(n int64) error {
 	if time.Since(g.measured) > diskMeasureEvery {
 		g.measure()
 	}
+	if err := g.refusalLocked(n); err != nil {
+		return err
+	}
+	g.used += n // until the next measurement
+	g.free -= n
+	return nil
+}
+
+// refusalLocked is why a publish of n bytes is refused on the figures at
+// hand, or nil.
+func (g *diskGuard) refusalLocked(n int64) error {
 	if g.budget > 0 && g.used+n > g.budget {
 		return fmt.Errorf("%w: data directory holds %d bytes, budget %d", ErrDiskFull, g.used, g.budget)
 	}
 	if g.minFree > 0 && g.freeKnown && g.free-n < g.minFree {
 		return fmt.Errorf("%w: %d bytes free, watermark %d", ErrDiskFull, g.free, g.minFree)
 	}
-	g.used += n // until the next measurement
-	g.free -= n
 	return nil
 }
 

@@ -12,6 +12,7 @@
 //	POST   /api/queues/{name}/get       fetch and settle a few messages
 //	GET    /api/settings                runtime settings
 //	PUT    /api/settings                change them (validated, persisted)
+//	GET    /api/node                    version, disk, process figures
 //	GET    /healthz                     the process answers
 //	GET    /readyz                      broker open, no queue failed or latched
 //	GET    /metrics                     Prometheus exposition

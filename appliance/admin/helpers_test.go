@@ -42,12 +42,19 @@ func newFixture(t *testing.T, opts Options) *fixture {
 // newFixtureOn is newFixture on a given file system.
 func newFixtureOn(t *testing.T, fs vfs.FS, opts Options) *fixture {
 	t.Helper()
+	return newFixtureWith(t, appliance.Options{DataDir: "data", FS: fs, MinFreeBytes: -1}, opts)
+}
+
+// newFixtureWith is newFixture over a broker opened with bopts (its logger
+// and observer set here).
+func newFixtureWith(t *testing.T, bopts appliance.Options, opts Options) *fixture {
+	t.Helper()
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics()
 	}
 	logger := slog.New(slog.DiscardHandler)
-	b, err := appliance.Open(appliance.Options{DataDir: "data", FS: fs, MinFreeBytes: -1,
-		Logger: logger, Observer: opts.Metrics})
+	bopts.Logger, bopts.Observer = logger, opts.Metrics
+	b, err := appliance.Open(bopts)
 	if err != nil {
 		t.Fatalf("open broker: %v", err)
 	}

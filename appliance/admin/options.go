@@ -21,6 +21,10 @@ type Options struct {
 	// broker's appliance.Options.Observer. Default nil: a fresh Metrics
 	// that nothing feeds, so event counters and histograms stay at zero.
 	Metrics *Metrics
+	// Version is the broker's version as GET /api/node reports it.
+	// Default: the main module's version from the build information
+	// ("(devel)" for a build from a checkout without VCS stamping).
+	Version string
 }
 
 // Validate reports options that cannot work.
@@ -39,6 +43,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics()
+	}
+	if o.Version == "" {
+		o.Version = buildVersion()
 	}
 	return o
 }

@@ -88,6 +88,7 @@ func (s *Server) routes() http.Handler {
 	api("POST /api/queues/{name}/get", s.get)
 	api("GET /api/settings", s.getSettings)
 	api("PUT /api/settings", s.putSettings)
+	api("GET /api/node", s.getNode)
 	mux.Handle("GET /healthz", s.jsonAPI(s.healthz))
 	mux.Handle("GET /readyz", s.jsonAPI(s.readyz))
 	mux.Handle("GET /metrics", s.auth(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{

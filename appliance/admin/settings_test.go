@@ -61,7 +61,7 @@ func TestHealthAndReadiness(t *testing.T) {
 // TestAuth checks bearer tokens on the API and /metrics.
 func TestAuth(t *testing.T) {
 	f := newFixture(t, Options{Tokens: []string{"one", "two"}})
-	for _, path := range []string{"/api/queues", "/api/settings", "/metrics"} {
+	for _, path := range []string{"/api/queues", "/api/settings", "/api/node", "/metrics"} {
 		for _, tok := range []string{"", "three", "on"} {
 			f.token = tok
 			r := f.do("GET", path, nil)

@@ -73,9 +73,10 @@ func syncInterval(t *testing.T, base string) float64 {
 // the admin API: a buffered queue shows as buffered, its unsynced records
 // rise while background sync is off and fall to zero once it is back on,
 // the settings page changes a setting (and shows a validation error), the
-// node page renders, and the queues page stays within a 375 px screen.
+// node page shows the data directory's disk, and every page fits a 375 px
+// screen.
 func TestDashboardInBrowser(t *testing.T) {
-	base := startNode(t)
+	base, dataDir := startNode(t)
 	b := startBrowser(t, 1280, 900)
 	const queue = "clicks.eu-west"
 	card := fmt.Sprintf(`article[data-queue=%q]`, queue)
@@ -133,14 +134,25 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	b.screenshot(t, "dashboard-settings.png")
 
-	// The node page.
+	// The node page: the disk as /api/node measured it.
+	free := `main[data-page="node"] dd[data-field="disk-free"]`
 	b.do(t, "open the node page", chromedp.Navigate(base+"/#/node"), chromedp.WaitVisible(chromedp.CSS(`main[data-page="node"] table.kv`)))
+	b.waitFor(t, "the disk's free figure", textOf(free)+`.match(/^[0-9.]+ (B|KiB|MiB|GiB|TiB)$/) !== null`, textOf(free))
+	if got := b.text(t, `main[data-page="node"] [data-field="disk-state"]`); !strings.EqualFold(got, "accepting publishes") {
+		t.Errorf("disk state says %q, want accepting publishes", got)
+	}
+	if got := b.text(t, `main[data-page="node"] [data-field="data-dir"]`); got != dataDir {
+		t.Errorf("data directory shows %q, want %s", got, dataDir)
+	}
+	if got := b.text(t, `main[data-page="node"] dd[data-field="disk-data"]`); !strings.HasSuffix(got, "B") {
+		t.Errorf("data directory use shows %q, want a size", got)
+	}
 	b.screenshot(t, "dashboard-node.png")
 
 	// A phone: every page fits 375 px without sideways scrolling.
 	b.do(t, "a 375 px screen", chromedp.EmulateViewport(375, 812))
 	for _, page := range []struct{ hash, name, shot string }{
-		{"#/node", "node", ""},
+		{"#/node", "node", "dashboard-node-375px.png"},
 		{"#/settings", "settings", ""},
 		{"#/queues/" + queue, "queue", "dashboard-queue-375px.png"},
 		{"#/queues", "queues", "dashboard-queues-375px.png"},
@@ -160,7 +172,7 @@ func TestDashboardInBrowser(t *testing.T) {
 // TestDashboardToken: with tokens configured the page asks for one, and
 // uses it once given.
 func TestDashboardToken(t *testing.T) {
-	base := startNode(t, "s3cret")
+	base, _ := startNode(t, "s3cret")
 	b := startBrowser(t, 800, 600)
 	b.do(t, "open the page without a token", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(`#auth-token`)))
 	b.waitFor(t, "the status to report the refusal", textOf(`#status`)+`.includes('401')`, textOf(`#status`))
@@ -171,12 +183,13 @@ func TestDashboardToken(t *testing.T) {
 
 // startNode opens a broker in a temporary directory and serves the admin
 // API over it with the dashboard at "/", as fibrild does; it returns the
-// base URL. Everything closes when the test ends.
-func startNode(t *testing.T, tokens ...string) string {
+// base URL and the data directory. Everything closes when the test ends.
+func startNode(t *testing.T, tokens ...string) (base, dataDir string) {
 	t.Helper()
 	metrics := admin.NewMetrics()
 	quiet := slog.New(slog.DiscardHandler)
-	b, err := appliance.Open(appliance.Options{DataDir: t.TempDir(), Observer: metrics, Logger: quiet,
+	dataDir = t.TempDir()
+	b, err := appliance.Open(appliance.Options{DataDir: dataDir, Observer: metrics, Logger: quiet,
 		CheckpointDelay: time.Hour}) // no checkpoint syncs the log behind the test's back
 	if err != nil {
 		t.Fatalf("open broker: %v", err)
@@ -192,7 +205,7 @@ func startNode(t *testing.T, tokens ...string) string {
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	return hs.URL
+	return hs.URL, dataDir
 }
 
 func publish(t *testing.T, base, queue, body string) {

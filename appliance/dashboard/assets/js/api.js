@@ -69,6 +69,17 @@ export async function queue(name) {
 }
 
 export const settings = () => get('api/settings');
+
+// node is GET /api/node (version, disk, process); null when the node does
+// not serve it.
+export async function node() {
+  try {
+    return await get('api/node');
+  } catch (e) {
+    if (e.status === 404) return null;
+    throw e;
+  }
+}
 export const putSettings = s => request('PUT', 'api/settings', s);
 
 // normQueue reads a queue object of the admin API. The fields are
