@@ -135,8 +135,20 @@ func (c Config) WriteTOML(w io.Writer) error {
 // Validate reports every value out of range, naming its key.
 func (c Config) Validate() error {
 	var errs []error
+	for _, p := range c.valueProblems() {
+		errs = append(errs, fmt.Errorf("%s: %s", p.Key, p.Msg))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("invalid config: %w", err)
+	}
+	return nil
+}
+
+// valueProblems lists every value out of range; Line is left 0.
+func (c Config) valueProblems() []Problem {
+	var problems []Problem
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+		problems = append(problems, Problem{Key: key, Msg: fmt.Sprintf(format, args...)})
 	}
 	checkAddr := func(key, addr string) {
 		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
@@ -179,8 +191,5 @@ func (c Config) Validate() error {
 	default:
 		bad("log.format", "%q (want text or json)", c.Log.Format)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("invalid config: %w", err)
-	}
-	return nil
+	return problems
 }

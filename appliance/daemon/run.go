@@ -17,6 +17,7 @@ import (
 	"github.com/fibril-edge/fibril/appliance/admin"
 	"github.com/fibril-edge/fibril/appliance/dashboard"
 	"github.com/fibril-edge/fibril/appliance/server"
+	"github.com/fibril-edge/fibril/internal/sdnotify"
 )
 
 // ShutdownTimeout bounds the graceful part of a shutdown: after it, client
@@ -33,7 +34,8 @@ const ShutdownTimeout = 30 * time.Second
 // Once listening it logs msg="listening" proto=fibril addr=HOST:PORT with
 // the bound address (useful with port 0), and the same with proto=admin
 // for the admin HTTP API when [admin] listen is set (same tokens as
-// [server]).
+// [server]). Under systemd it sends READY=1, watchdog pings and
+// STOPPING=1 (see notify.go).
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -80,6 +82,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	notify(log, sdnotify.StateReady) // every queue log recovered, listeners bound
+	stopWatchdog := startWatchdog(b.Healthy, log)
 
 	var runErr error
 	select {
@@ -94,6 +98,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		adm.served = nil
 		log.Error("admin server failed; shutting down", "err", err)
 	}
+	notify(log, sdnotify.StateStopping)
+	stopWatchdog()
 	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 	defer cancel()
 	adm.shutdown(sctx, log)

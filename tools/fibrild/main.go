@@ -3,11 +3,15 @@
 // cleanly on SIGTERM or SIGINT (a second signal exits at once).
 //
 //	fibrild [--config PATH] [--print-config] [--version] [--section.key VALUE ...]
+//	fibrild --check-config FILE
 //
 // Without --config it reads /etc/fibril/fibril.toml if that exists, else
 // runs on the built-in default (127.0.0.1:7420, data under ./data). Every
 // config key is also a flag (--server.listen, --storage.data_dir,
 // --log.level, ...) that overrides the file.
+//
+// --check-config validates a file strictly (unknown keys, wrong types and
+// values out of range are errors) and prints every problem with its line.
 //
 // Exit status: 0 after a clean shutdown, 1 on an error while running, 2 on
 // bad flags or config.
@@ -52,6 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	configPath := flags.String("config", "", "config file (default "+daemon.DefaultConfigPath+" if it exists, else the built-in default)")
 	printConfig := flags.Bool("print-config", false, "print the effective config as TOML (tokens redacted) and exit")
 	showVersion := flags.Bool("version", false, "print the version and exit")
+	checkConfig := flags.String("check-config", "", "validate the config `FILE` strictly, report every problem with its line, and exit (0: valid, 2: not)")
 	overrides := make(map[string]*string)
 	for _, k := range daemon.Keys() {
 		overrides[k.Name] = flags.String(k.Name, k.Default, k.Help)
@@ -74,6 +79,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *showVersion {
 		fmt.Fprintf(stdout, "fibrild %s\n", version)
 		return 0
+	}
+	if flags.Changed("check-config") {
+		return checkConfigFile(*checkConfig, stdout, stderr)
 	}
 
 	cfg, source, err := loadConfig(*configPath, flags.Changed("config"))
@@ -111,6 +119,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("fibrild failed", "err", err)
 		return 1
 	}
+	return 0
+}
+
+// checkConfigFile validates a config file and prints its problems as
+// FILE:LINE: key: message, one a line. It returns the exit status.
+func checkConfigFile(path string, stdout, stderr io.Writer) int {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "fibrild: %v\n", err)
+		return 2
+	}
+	problems := daemon.Check(data)
+	for _, p := range problems {
+		loc := path
+		if p.Line > 0 {
+			loc = fmt.Sprintf("%s:%d", path, p.Line)
+		}
+		p.Line = 0
+		fmt.Fprintf(stderr, "%s: %v\n", loc, p)
+	}
+	if len(problems) > 0 {
+		fmt.Fprintf(stderr, "fibrild: %s: %d problem(s)\n", path, len(problems))
+		return 2
+	}
+	fmt.Fprintf(stdout, "%s: ok\n", path)
 	return 0
 }
 

@@ -1,0 +1,164 @@
+package daemon
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2"
+	"github.com/pelletier/go-toml/v2/unstable"
+)
+
+// Problem is one thing wrong with a config file.
+type Problem struct {
+	Line int    // 1-based line in the file; 0 when the file does not set the key
+	Key  string // section.key, when the problem is about one key
+	Msg  string
+}
+
+func (p Problem) String() string {
+	var b strings.Builder
+	if p.Line > 0 {
+		fmt.Fprintf(&b, "line %d: ", p.Line)
+	}
+	if p.Key != "" {
+		fmt.Fprintf(&b, "%s: ", p.Key)
+	}
+	b.WriteString(p.Msg)
+	return b.String()
+}
+
+// Check validates a config file's contents strictly and returns every
+// problem, in line order: a syntax error (which ends the check, since
+// nothing after it can be read), each unknown key, each value of the
+// wrong type, and each value out of range. An empty result means the file
+// is valid: Parse accepts it and Validate passes.
+func Check(data []byte) []Problem {
+	entries, syntax := scanEntries(data)
+	if syntax != nil {
+		return []Problem{*syntax}
+	}
+	var problems []Problem
+	lines := make(map[string]int, len(entries))
+	cfg := Default()
+	for _, e := range entries {
+		lines[e.key] = e.line
+		// Decode the key alone over what the earlier keys set, so one bad
+		// value does not hide the next.
+		next := cfg
+		if err := decodeRaw(e.doc, &next); err != nil {
+			problems = append(problems, Problem{Line: e.line, Key: e.key, Msg: keyError(err)})
+			continue
+		}
+		cfg = next
+	}
+	if len(problems) == 0 {
+		// Whole-file rules the per-key passes cannot see, such as a key
+		// set twice.
+		if err := decodeRaw(data, new(Config)); err != nil {
+			p := Problem{Msg: keyError(err)}
+			var decodeErr *toml.DecodeError
+			if errors.As(err, &decodeErr) {
+				p.Line, _ = decodeErr.Position()
+			}
+			problems = append(problems, p)
+		}
+	}
+	for _, p := range cfg.valueProblems() {
+		p.Line = lines[p.Key]
+		problems = append(problems, p)
+	}
+	sort.SliceStable(problems, func(i, j int) bool { return problems[i].Line < problems[j].Line })
+	return problems
+}
+
+// entry is one key = value line of a config file, as a document of its
+// own (under its table header) that decodes alone.
+type entry struct {
+	key  string
+	line int
+	doc  []byte
+}
+
+// scanEntries lists a file's key/value expressions, or returns its syntax
+// error.
+func scanEntries(data []byte) ([]entry, *Problem) {
+	var p unstable.Parser
+	p.Reset(data)
+	var header string // the current [table] line, as written
+	var section []string
+	var entries []entry
+	for p.NextExpression() {
+		n := p.Expression()
+		switch n.Kind {
+		case unstable.Table, unstable.ArrayTable:
+			section = keyParts(n.Key())
+			header = "[" + strings.Join(quoteParts(section), ".") + "]"
+			if n.Kind == unstable.ArrayTable {
+				header = "[" + header + "]"
+			}
+		case unstable.KeyValue:
+			key := strings.Join(append(append([]string(nil), section...), keyParts(n.Key())...), ".")
+			var doc bytes.Buffer
+			if header != "" {
+				doc.WriteString(header + "\n")
+			}
+			doc.Write(p.Raw(n.Raw))
+			doc.WriteString("\n")
+			entries = append(entries, entry{key: key, line: p.Shape(n.Raw).Start.Line, doc: doc.Bytes()})
+		}
+	}
+	if err := p.Error(); err != nil {
+		var perr *unstable.ParserError
+		line := 0
+		if errors.As(err, &perr) && len(perr.Highlight) > 0 {
+			line = p.Shape(p.Range(perr.Highlight)).Start.Line
+		}
+		return nil, &Problem{Line: line, Msg: "syntax error: " + err.Error()}
+	}
+	return entries, nil
+}
+
+func keyParts(it unstable.Iterator) []string {
+	var parts []string
+	for it.Next() {
+		parts = append(parts, string(it.Node().Data))
+	}
+	return parts
+}
+
+// quoteParts quotes the key parts that are not bare keys.
+func quoteParts(parts []string) []string {
+	out := make([]string, len(parts))
+	for i, s := range parts {
+		out[i] = s
+		if s == "" || strings.IndexFunc(s, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_')
+		}) >= 0 {
+			b, _ := toml.Marshal(map[string]string{"k": s})
+			out[i] = strings.TrimSpace(strings.TrimPrefix(string(b), "k = "))
+		}
+	}
+	return out
+}
+
+// decodeRaw is decodeStrict without its error translation.
+func decodeRaw(data []byte, c *Config) error {
+	return toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields().Decode(c)
+}
+
+// keyError is decodeRaw's error for a one-key document, without the
+// position (which is the mini document's, not the file's).
+func keyError(err error) string {
+	var missing *toml.StrictMissingError
+	var decodeErr *toml.DecodeError
+	switch {
+	case errors.As(err, &missing):
+		return "unknown key"
+	case errors.As(err, &decodeErr):
+		return strings.TrimPrefix(decodeErr.Error(), "toml: ")
+	}
+	return err.Error()
+}

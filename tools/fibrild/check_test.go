@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestCheckConfig(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	for _, tc := range []struct {
+		name, text string
+		code       int
+		want       []string // lines of stderr, in order
+	}{
+		{"empty.toml", "", 0, nil},
+		{"comments.toml", "# every line commented\n# [storage]\n# data_dir = \"/var/lib/fibril\"\n", 0, nil},
+		{"good.toml", "[server]\nlisten = \"0.0.0.0:7420\"\ntokens = [\"t\"]\n[storage]\ndata_dir = \"/var/lib/fibril\"\n", 0, nil},
+		{"bad.toml", "# comment\n[server]\nlisten = \"nohostport\"\nlistn = \"x\"\nmax_frame = \"1KiB\"\n\n[sever]\nlisten = \"x\"\n[log]\nlevel = \"loud\"\nformat = 7\n", 2, []string{
+			"bad.toml:3: server.listen: \"nohostport\" is not a host:port address",
+			"bad.toml:4: server.listn: unknown key",
+			"bad.toml:5: server.max_frame: 1KiB is out of range",
+			"bad.toml:8: sever.listen: unknown key",
+			"bad.toml:10: log.level: \"loud\"",
+			"bad.toml:11: log.format: cannot decode TOML integer",
+		}},
+		{"syntax.toml", "[server]\nlisten = \"unterminated\ntokens = []\n", 2, []string{"syntax.toml:2: syntax error"}},
+		{"twice.toml", "[server]\nlisten = \"a:1\"\nlisten = \"b:2\"\n", 2, []string{"twice.toml:3: key listen is already defined"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := write(tc.name, tc.text)
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), []string{"--check-config", path}, &stdout, &stderr)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d; stderr:\n%s", code, tc.code, stderr.String())
+			}
+			if code == 0 {
+				if !strings.Contains(stdout.String(), ": ok") {
+					t.Fatalf("stdout %q", stdout.String())
+				}
+				return
+			}
+			got := strings.Split(strings.TrimSpace(strings.ReplaceAll(stderr.String(), dir+string(filepath.Separator), "")), "\n")
+			for i, w := range tc.want {
+				if i >= len(got) || !strings.HasPrefix(got[i], w) {
+					t.Fatalf("stderr line %d: want prefix %q; got:\n%s", i+1, w, strings.Join(got, "\n"))
+				}
+			}
+			if last := got[len(got)-1]; !strings.Contains(last, "problem(s)") {
+				t.Fatalf("no summary line: %q", last)
+			}
+		})
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"--check-config", filepath.Join(dir, "absent.toml")}, &stdout, &stderr); code != 2 {
+		t.Fatalf("missing file: exit %d", code)
+	}
+}
