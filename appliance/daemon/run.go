@@ -20,6 +20,10 @@ import (
 	"github.com/fibril-edge/fibril/internal/sdnotify"
 )
 
+// Version is what the daemon reports as its version (the admin API's
+// /api/node); the binary that runs it sets it from its own build stamp.
+var Version = "dev"
+
 // ShutdownTimeout bounds the graceful part of a shutdown: after it, client
 // connections still open are closed at once (the broker still closes
 // cleanly).
@@ -171,7 +175,7 @@ func startAdmin(cfg Config, b *appliance.Broker, m *admin.Metrics, srv *server.S
 		return &adminServer{}, nil
 	}
 	api, err := admin.New(b, admin.Options{Tokens: cfg.Server.Tokens, Logger: log, Metrics: m,
-		ServerConnections: srv.Connections, UI: dashboard.Handler()})
+		ServerConnections: srv.Connections, UI: dashboard.Handler(), Version: Version})
 	if err != nil {
 		return nil, err
 	}

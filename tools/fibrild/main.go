@@ -115,6 +115,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	log.Info("fibrild starting", "version", version, "config", source)
+	daemon.Version = version
 	if err := daemon.Run(ctx, cfg, log); err != nil {
 		log.Error("fibrild failed", "err", err)
 		return 1
