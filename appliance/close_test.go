@@ -22,17 +22,17 @@ func TestCloseDuringCheckpoint(t *testing.T) {
 	declare(t, ctx, b, QueueConfig{Name: "q", DedupeWindow: time.Hour})
 	publish(t, ctx, b, "q", Message{ID: "a", Body: body(1)})
 
-	probe.shut()
+	probe.Shut()
 	ckpt := make(chan error, 1)
 	go func() { ckpt <- b.Checkpoint(ctx) }()
 	select {
-	case <-probe.held: // the snapshot write waits for its sync
+	case <-probe.Held: // the snapshot write waits for its sync
 	case <-ctx.Done():
 		t.Fatal("the checkpoint never stored its snapshot")
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- b.Close() }()
-	probe.open()
+	probe.Open()
 	if err := <-ckpt; err != nil {
 		t.Fatalf("checkpoint: %v", err)
 	}

@@ -4,15 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/fibril-edge/fibril/internal/syncprobe"
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 func testCtx(t testing.TB) context.Context {
@@ -156,63 +155,12 @@ func capturingLogger() (*slog.Logger, *lockedBuffer) {
 // quietLogger drops everything.
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// syncProbe wraps a file system to count sync calls on segment files (or
-// the files match picks) and, while its gate is shut, to hold them until
-// the gate opens.
-type syncProbe struct {
-	match    func(path string) bool
-	segSyncs atomic.Int64  // sync calls on matching files
-	held     chan struct{} // receives (without blocking) when a sync stops at the gate
-
-	mu   sync.Mutex
-	gate chan struct{} // nil while open
+// newSyncProbe counts every sync and gates those of segment files.
+func newSyncProbe(fs vfs.FS) (*syncprobe.Probe, vfs.FS) {
+	return syncprobe.New(fs, func(path string) bool { return strings.HasSuffix(path, ".seg") })
 }
 
-func newSyncProbe(fs vfs.FS) (*syncProbe, vfs.FS) {
-	return newSyncProbeFor(fs, func(path string) bool { return strings.HasSuffix(path, ".seg") })
-}
-
-func newSyncProbeFor(fs vfs.FS, match func(path string) bool) (*syncProbe, vfs.FS) {
-	p := &syncProbe{match: match, held: make(chan struct{}, 1)}
-	return p, errorfs.Wrap(fs, errorfs.InjectorFunc(p.inject))
-}
-
-func (p *syncProbe) inject(op errorfs.Op) error {
-	switch op.Kind {
-	case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
-	default:
-		return nil
-	}
-	if !p.match(op.Path) {
-		return nil
-	}
-	p.segSyncs.Add(1)
-	p.mu.Lock()
-	gate := p.gate
-	p.mu.Unlock()
-	if gate != nil {
-		select {
-		case p.held <- struct{}{}:
-		default:
-		}
-		<-gate
-	}
-	return nil
-}
-
-// shut makes later segment syncs wait for open.
-func (p *syncProbe) shut() {
-	p.mu.Lock()
-	p.gate = make(chan struct{})
-	p.mu.Unlock()
-}
-
-// open releases the held syncs and lets later ones through.
-func (p *syncProbe) open() {
-	p.mu.Lock()
-	if p.gate != nil {
-		close(p.gate)
-		p.gate = nil
-	}
-	p.mu.Unlock()
+// newSyncProbeFor gates the syncs of the files match picks.
+func newSyncProbeFor(fs vfs.FS, match func(path string) bool) (*syncprobe.Probe, vfs.FS) {
+	return syncprobe.New(fs, match)
 }

@@ -95,7 +95,7 @@ func TestBufferedConfirmsBeforeSync(t *testing.T) {
 	probe, fs := newSyncProbe(vfs.NewMem())
 	b := openBroker(t, fs, "data", Options{Logger: quietLogger()})
 	defer b.Close()
-	defer probe.open() // Close syncs
+	defer probe.Open() // Close syncs
 	s := DefaultSettings()
 	s.BackgroundSyncIntervalMs = 0
 	if err := b.UpdateSettings(s); err != nil {
@@ -106,8 +106,8 @@ func TestBufferedConfirmsBeforeSync(t *testing.T) {
 	_, bufC := subscribe(t, b, "buf", 10)
 	_, durC := subscribe(t, b, "dur", 10)
 
-	probe.shut()
-	before := probe.segSyncs.Load()
+	probe.Shut()
+	before := probe.Matched.Load()
 
 	// Buffered: confirmed and delivered with the gate shut.
 	for i := range 5 {
@@ -119,7 +119,7 @@ func TestBufferedConfirmsBeforeSync(t *testing.T) {
 			t.Fatalf("buffered delivery %d: %q, deliveries %d", i, d.Body, d.Deliveries)
 		}
 	}
-	if n := probe.segSyncs.Load() - before; n != 0 {
+	if n := probe.Matched.Load() - before; n != 0 {
 		t.Fatalf("%d segment syncs on the buffered confirm path", n)
 	}
 	bi := info(t, b, "buf").Partitions[0]
@@ -138,7 +138,7 @@ func TestBufferedConfirmsBeforeSync(t *testing.T) {
 		confirmed <- c
 	})
 	select {
-	case <-probe.held:
+	case <-probe.Held:
 	case <-ctx.Done():
 		t.Fatal("the durable publish never asked for a sync")
 	}
@@ -157,7 +157,7 @@ func TestBufferedConfirmsBeforeSync(t *testing.T) {
 		t.Fatal("durable message delivered before its sync")
 	}
 
-	probe.open()
+	probe.Open()
 	var c Confirm
 	select {
 	case c = <-confirmed:
@@ -189,9 +189,9 @@ func TestDurableConfirmAfterSync(t *testing.T) {
 	}
 	declare(t, ctx, b, QueueConfig{Name: "dur"})
 	for i := range 10 {
-		before := probe.segSyncs.Load()
+		before := probe.Matched.Load()
 		c := publish(t, ctx, b, "dur", Message{Body: body(i)})
-		if probe.segSyncs.Load() == before {
+		if probe.Matched.Load() == before {
 			t.Fatalf("publish %d confirmed without a segment sync", i)
 		}
 		if d := info(t, b, "dur").Partitions[0].DurableNext; d <= c.Offset {

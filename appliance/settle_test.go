@@ -124,7 +124,7 @@ func TestNackDeadLetterUnderItsOwnMode(t *testing.T) {
 	probe, fs := newSyncProbe(vfs.NewMem())
 	b := openBroker(t, fs, "data", Options{Logger: quietLogger()})
 	defer b.Close()
-	defer probe.open()
+	defer probe.Open()
 	s := DefaultSettings()
 	s.BackgroundSyncIntervalMs = 0
 	if err := b.UpdateSettings(s); err != nil {
@@ -137,7 +137,7 @@ func TestNackDeadLetterUnderItsOwnMode(t *testing.T) {
 	_, dc := subscribe(t, b, "dlq", 10)
 	d := c.next(t, ctx)
 
-	probe.shut()
+	probe.Shut()
 	if err := sub.Nack(false, d.Tag); err != nil {
 		t.Fatal(err)
 	}
@@ -163,14 +163,14 @@ func TestNackDeadLetterUnderItsOwnMode(t *testing.T) {
 	}
 	// The source's marker is durable: it waits for the sync.
 	select {
-	case <-probe.held:
+	case <-probe.Held:
 	case <-ctx.Done():
 		t.Fatal("the dead-letter marker never asked for a sync")
 	}
 	if src := info(t, b, "src"); src.Messages != 1 || src.InFlight != 1 {
 		t.Fatalf("source settled before its marker was synced: %d messages, %d in flight", src.Messages, src.InFlight)
 	}
-	probe.open()
+	probe.Open()
 	waitFor(t, ctx, "the marker applied", func() bool { return info(t, b, "src").Messages == 0 })
 	src := info(t, b, "src")
 	if src.Counters.DeadLettered != 1 || src.Counters.Discarded != 0 {

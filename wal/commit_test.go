@@ -3,83 +3,23 @@ package wal
 import (
 	"context"
 	"errors"
+	"github.com/fibril-edge/fibril/internal/syncprobe"
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 // Tests of the commit path: group commit, wake-one completions and frontier
 // watches, background sync (interval, byte bound, backpressure) and the
 // sync-related fields of Status.
 
-// syncProbe wraps a file system to count sync calls and, while its gate is
-// shut, to hold segment syncs until the gate opens.
-type syncProbe struct {
-	segSyncs atomic.Int64  // sync calls on segment files
-	allSyncs atomic.Int64  // sync calls on any file or directory
-	held     chan struct{} // receives (without blocking) when a segment sync stops at the gate
-
-	mu   sync.Mutex
-	gate chan struct{} // nil while open
-
-	// flush models the device's flush time on segment syncs (the in-memory
-	// FS syncs instantly, which no disk does).
-	flush time.Duration
-}
-
-func newSyncProbe(fs vfs.FS) (*syncProbe, vfs.FS) {
-	p := &syncProbe{held: make(chan struct{}, 1)}
-	return p, errorfs.Wrap(fs, errorfs.InjectorFunc(p.inject))
-}
-
-func (p *syncProbe) inject(op errorfs.Op) error {
-	switch op.Kind {
-	case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
-	default:
-		return nil
-	}
-	p.allSyncs.Add(1)
-	if !strings.HasSuffix(op.Path, segmentSuffix) {
-		return nil
-	}
-	p.segSyncs.Add(1)
-	p.mu.Lock()
-	gate := p.gate
-	p.mu.Unlock()
-	if gate != nil {
-		select {
-		case p.held <- struct{}{}:
-		default:
-		}
-		<-gate
-	}
-	if p.flush > 0 {
-		time.Sleep(p.flush)
-	}
-	return nil
-}
-
-// shut makes later segment syncs wait for open.
-func (p *syncProbe) shut() {
-	p.mu.Lock()
-	p.gate = make(chan struct{})
-	p.mu.Unlock()
-}
-
-// open releases the held syncs and lets later ones through.
-func (p *syncProbe) open() {
-	p.mu.Lock()
-	if p.gate != nil {
-		close(p.gate)
-		p.gate = nil
-	}
-	p.mu.Unlock()
+// newSyncProbe counts every sync and gates those of segment files.
+func newSyncProbe(fs vfs.FS) (*syncprobe.Probe, vfs.FS) {
+	return syncprobe.New(fs, func(path string) bool { return strings.HasSuffix(path, segmentSuffix) })
 }
 
 // awaitStatus polls the status until cond holds. The status is published
@@ -116,10 +56,10 @@ func TestGroupCommitSharesSyncs(t *testing.T) {
 	const appenders, perAppender = 64, 20
 	ctx := testCtx(t)
 	probe, fs := newSyncProbe(vfs.NewMem())
-	probe.flush = 500 * time.Microsecond
+	probe.Flush = 500 * time.Microsecond
 	l := mustOpen(t, fs, "log", Options{BackgroundSyncInterval: -1, SyncBytesThreshold: -1})
 	defer l.Close()
-	openSyncs := probe.segSyncs.Load()
+	openSyncs := probe.Matched.Load()
 
 	results := make([][]AppendResult, appenders)
 	errs := make(chan error, appenders)
@@ -160,7 +100,7 @@ func TestGroupCommitSharesSyncs(t *testing.T) {
 	}
 
 	st := awaitStatus(t, ctx, l, "every synced append counted", func(s Status) bool { return s.SyncedAppends >= n })
-	syncs := probe.segSyncs.Load() - openSyncs
+	syncs := probe.Matched.Load() - openSyncs
 	t.Logf("%d appends, %d segment syncs (%.1f appends per sync); status: %d syncs, %d synced appends, %d writes",
 		n, syncs, float64(n)/float64(syncs), st.Syncs, st.SyncedAppends, st.Writes)
 	if st.SyncedAppends != n {
@@ -378,9 +318,9 @@ func TestBackgroundSync(t *testing.T) {
 		st := awaitStatus(t, ctx, l, "caught up and nothing pending", func(s Status) bool {
 			return s.DurableLagRecords == 0 && !s.SyncPending && s.Syncs >= 1
 		})
-		syncs := probe.allSyncs.Load()
+		syncs := probe.All.Load()
 		observe(t, ctx, time.Second)
-		if got := probe.allSyncs.Load() - syncs; got != 0 {
+		if got := probe.All.Load() - syncs; got != 0 {
 			t.Fatalf("idle log made %d sync calls in a second", got)
 		}
 		if after := l.Status(); after.Syncs != st.Syncs || after.BackgroundSyncs != st.BackgroundSyncs || after.SyncPending {
@@ -394,7 +334,7 @@ func TestBackgroundSync(t *testing.T) {
 		probe, fs := newSyncProbe(vfs.NewMem())
 		l := mustOpen(t, fs, "log", Options{BackgroundSyncInterval: -1, SyncBytesThreshold: -1})
 		defer l.Close()
-		segSyncs := probe.segSyncs.Load()
+		segSyncs := probe.Matched.Load()
 		for i := 0; i < 100; i += 10 {
 			if _, err := l.Append(ctx, entries(i, 10, 1000), AfterFlush); err != nil {
 				t.Fatal(err)
@@ -408,7 +348,7 @@ func TestBackgroundSync(t *testing.T) {
 		if st.Syncs != 0 || st.SyncPending {
 			t.Fatalf("background sync off, yet %d syncs, pending %v", st.Syncs, st.SyncPending)
 		}
-		if got := probe.segSyncs.Load() - segSyncs; got != 0 {
+		if got := probe.Matched.Load() - segSyncs; got != 0 {
 			t.Fatalf("background sync off, yet %d segment syncs after open", got)
 		}
 	})
@@ -464,8 +404,8 @@ func TestBackgroundSync(t *testing.T) {
 		probe, fs := newSyncProbe(vfs.NewMem())
 		l := mustOpen(t, fs, "log", Options{BackgroundSyncInterval: -1, SyncBytesThreshold: threshold})
 		defer l.Close()
-		defer probe.open()
-		probe.shut()
+		defer probe.Open()
+		probe.Shut()
 
 		// The append that reaches the threshold starts a sync, which the gate
 		// holds; appends go on until twice the threshold is unsynced.
@@ -478,7 +418,7 @@ func TestBackgroundSync(t *testing.T) {
 			unsynced += encodedSize(len(es[0].Payload))
 			if unsynced >= threshold && unsynced-encodedSize(len(es[0].Payload)) < threshold {
 				select {
-				case <-probe.held:
+				case <-probe.Held:
 				case <-ctx.Done():
 					t.Fatal("reaching the threshold started no sync")
 				}
@@ -531,7 +471,7 @@ func TestBackgroundSync(t *testing.T) {
 			t.Fatalf("while held: pending %v, written %d (want %d)", st.SyncPending, st.WrittenNext, i)
 		}
 
-		probe.open()
+		probe.Open()
 		if held == nil {
 			select {
 			case held = <-issued:
@@ -553,7 +493,7 @@ func TestStatusSyncFields(t *testing.T) {
 	probe, fs := newSyncProbe(vfs.NewMem())
 	l := mustOpen(t, fs, "log", Options{BackgroundSyncInterval: -1, SyncBytesThreshold: -1})
 	defer l.Close()
-	defer probe.open()
+	defer probe.Open()
 
 	st := l.Status()
 	if !st.OldestUnsynced.IsZero() || st.DurableLagRecords != 0 || st.DurableLagBytes != 0 || st.SyncPending {
@@ -587,12 +527,12 @@ func TestStatusSyncFields(t *testing.T) {
 	oldest := l.Status().OldestUnsynced
 
 	// A sync held in flight shows as pending, with the lag unchanged.
-	probe.shut()
+	probe.Shut()
 	synced := make(chan error, 1)
 	beforeSync := time.Now()
 	go func() { synced <- l.Sync(ctx) }()
 	select {
-	case <-probe.held:
+	case <-probe.Held:
 	case <-ctx.Done():
 		t.Fatal("Sync started no segment sync")
 	}
@@ -602,7 +542,7 @@ func TestStatusSyncFields(t *testing.T) {
 			st.DurableLagBytes, lagBytes, st.OldestUnsynced, oldest, st.LastSync, openSync)
 	}
 
-	probe.open()
+	probe.Open()
 	if err := <-synced; err != nil {
 		t.Fatal(err)
 	}
