@@ -66,6 +66,12 @@ func Check(data []byte) []Problem {
 			problems = append(problems, p)
 		}
 	}
+	// Array tables ([[bridge.nats]]) do not decode key by key (each key
+	// would open a table of its own): take them from the whole file.
+	cfg.Bridge = BridgeConfig{}
+	if full := Default(); decodeRaw(data, &full) == nil {
+		cfg.Bridge = full.Bridge
+	}
 	for _, p := range cfg.valueProblems() {
 		p.Line = lines[p.Key]
 		problems = append(problems, p)

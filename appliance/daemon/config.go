@@ -32,6 +32,7 @@ type Config struct {
 	Admin   AdminConfig   `toml:"admin"`
 	Storage StorageConfig `toml:"storage"`
 	Log     LogConfig     `toml:"log"`
+	Bridge  BridgeConfig  `toml:"bridge"`
 }
 
 // ServerConfig is the client protocol listener.
@@ -122,13 +123,24 @@ func decodeStrict(data []byte, c *Config) error {
 	return err
 }
 
-// WriteTOML writes the config as TOML, with tokens redacted.
+// WriteTOML writes the config as TOML, with tokens and bridge passwords
+// redacted.
 func (c Config) WriteTOML(w io.Writer) error {
 	redacted := make([]string, len(c.Server.Tokens)) // never nil: prints tokens = []
 	for i := range redacted {
 		redacted[i] = "<redacted>"
 	}
 	c.Server.Tokens = redacted
+	c.Bridge.NATS = append([]NATSBridgeConfig(nil), c.Bridge.NATS...)
+	for i := range c.Bridge.NATS {
+		n := &c.Bridge.NATS[i]
+		if n.Password != "" {
+			n.Password = "<redacted>"
+		}
+		if n.Token != "" {
+			n.Token = "<redacted>"
+		}
+	}
 	return toml.NewEncoder(w).Encode(c)
 }
 
@@ -191,5 +203,5 @@ func (c Config) valueProblems() []Problem {
 	default:
 		bad("log.format", "%q (want text or json)", c.Log.Format)
 	}
-	return problems
+	return append(problems, c.bridgeProblems()...)
 }

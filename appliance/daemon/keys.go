@@ -55,6 +55,9 @@ func walkKeys(cfg reflect.Value, fn func(name string, f reflect.StructField, v r
 		st := sv.Type()
 		for j := range st.NumField() {
 			f := st.Field(j)
+			if f.Tag.Get("flag") == "-" {
+				continue // tables such as [[bridge.nats]]: the file only
+			}
 			fn(section+"."+f.Tag.Get("toml"), f, sv.Field(j))
 		}
 	}

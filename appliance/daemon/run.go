@@ -86,6 +86,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	bridges, err := startBridges(cfg, loopbackAddr(ln.Addr()), log)
+	if err != nil { // cannot happen: Validate checked the bridges' options
+		adm.shutdown(context.Background(), log)
+		return errors.Join(err, srv.Shutdown(context.Background()), closeBroker(b, log))
+	}
 	notify(log, sdnotify.StateReady) // every queue log recovered, listeners bound
 	stopWatchdog := startWatchdog(b.Healthy, log)
 
@@ -104,6 +109,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	notify(log, sdnotify.StateStopping)
 	stopWatchdog()
+	bridges.stop() // before the server: they ack and nack through it
 	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 	defer cancel()
 	adm.shutdown(sctx, log)

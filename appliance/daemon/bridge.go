@@ -1,0 +1,147 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/fibril-edge/fibril/bridge"
+)
+
+// BridgeConfig is the [bridge] section: NATS bridges, each a
+// [[bridge.nats]] table (docs/bridge.md). None by default.
+type BridgeConfig struct {
+	NATS []NATSBridgeConfig `toml:"nats,omitempty" flag:"-"`
+}
+
+// NATSBridgeConfig is one [[bridge.nats]]: a NATS connection with its
+// ingests ([[bridge.nats.ingest]]) and egresses ([[bridge.nats.egress]]).
+// The bridge reaches this fibrild on its own client listener, with the
+// first of [server] tokens.
+type NATSBridgeConfig struct {
+	Name         string             `toml:"name"`
+	URLs         []string           `toml:"urls"`
+	CredsFile    string             `toml:"creds_file"`
+	NKeySeedFile string             `toml:"nkey_seed_file"`
+	User         string             `toml:"user"`
+	Password     string             `toml:"password"`
+	Token        string             `toml:"token"`
+	TLSCert      string             `toml:"tls_cert"`
+	TLSKey       string             `toml:"tls_key"`
+	TLSCA        []string           `toml:"tls_ca"`
+	Ingest       []NATSIngestConfig `toml:"ingest"`
+	Egress       []NATSEgressConfig `toml:"egress"`
+}
+
+// NATSIngestConfig is one [[bridge.nats.ingest]] (see bridge.Ingest).
+type NATSIngestConfig struct {
+	Subject    string   `toml:"subject"`
+	Queue      string   `toml:"queue"`
+	QueueGroup string   `toml:"queue_group"`
+	Mode       string   `toml:"mode"`
+	Stream     string   `toml:"stream"`
+	Durable    string   `toml:"durable"`
+	AckWait    Duration `toml:"ack_wait"`
+	FetchBatch int      `toml:"fetch_batch"`
+}
+
+// NATSEgressConfig is one [[bridge.nats.egress]] (see bridge.Egress).
+type NATSEgressConfig struct {
+	Queue     string `toml:"queue"`
+	Subject   string `toml:"subject"`
+	JetStream bool   `toml:"jetstream"`
+	Prefetch  int    `toml:"prefetch"`
+}
+
+// bridgeOptions turns one [[bridge.nats]] into bridge options for a
+// broker on fibrilAddr.
+func (n NATSBridgeConfig) bridgeOptions(i int, fibrilAddr, token string, log *slog.Logger) bridge.Options {
+	o := bridge.Options{
+		Name: n.Name, URLs: n.URLs,
+		CredsFile: n.CredsFile, NKeySeedFile: n.NKeySeedFile, User: n.User, Password: n.Password, Token: n.Token,
+		TLSCertFile: n.TLSCert, TLSKeyFile: n.TLSKey, TLSCAFiles: n.TLSCA,
+		FibrilAddr: fibrilAddr, FibrilToken: token, Logger: log,
+	}
+	if o.Name == "" {
+		o.Name = fmt.Sprintf("nats%d", i+1)
+	}
+	for _, in := range n.Ingest {
+		o.Ingest = append(o.Ingest, bridge.Ingest{
+			Subject: in.Subject, Queue: in.Queue, QueueGroup: in.QueueGroup, Mode: bridge.Mode(in.Mode),
+			Stream: in.Stream, Durable: in.Durable, AckWait: time.Duration(in.AckWait), FetchBatch: in.FetchBatch,
+		})
+	}
+	for _, eg := range n.Egress {
+		o.Egress = append(o.Egress, bridge.Egress{Queue: eg.Queue, Subject: eg.Subject, JetStream: eg.JetStream, Prefetch: eg.Prefetch})
+	}
+	return o
+}
+
+// bridgeProblems checks every [[bridge.nats]] as the bridge package would.
+func (c Config) bridgeProblems() []Problem {
+	var problems []Problem
+	for i, n := range c.Bridge.NATS {
+		if err := n.bridgeOptions(i, "127.0.0.1:7420", "", nil).Validate(); err != nil {
+			problems = append(problems, Problem{Key: "bridge.nats", Msg: err.Error()})
+		}
+	}
+	if len(c.Bridge.NATS) > 0 && c.Server.TLSCert != "" {
+		problems = append(problems, Problem{Key: "bridge.nats", Msg: "bridges cannot reach a TLS client listener yet; turn [server] TLS off or run the bridge elsewhere"})
+	}
+	return problems
+}
+
+// loopbackAddr is the address a bridge in this process dials for the
+// listener on addr: its port on 127.0.0.1 when it listens on every
+// interface.
+func loopbackAddr(addr net.Addr) string {
+	if tcp, ok := addr.(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
+		return net.JoinHostPort("127.0.0.1", fmt.Sprint(tcp.Port))
+	}
+	return addr.String()
+}
+
+// runningBridges are the bridges started by Run.
+type runningBridges struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	list   []*bridge.Bridge
+}
+
+// startBridges starts every configured bridge against the broker on
+// fibrilAddr. A bridge whose Run fails is logged; fibrild keeps running.
+func startBridges(cfg Config, fibrilAddr string, log *slog.Logger) (*runningBridges, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	rb := &runningBridges{cancel: cancel}
+	token := ""
+	if len(cfg.Server.Tokens) > 0 {
+		token = cfg.Server.Tokens[0]
+	}
+	for i, n := range cfg.Bridge.NATS {
+		o := n.bridgeOptions(i, fibrilAddr, token, log.With("component", "bridge"))
+		b, err := bridge.New(o)
+		if err != nil {
+			rb.stop()
+			return nil, err
+		}
+		rb.list = append(rb.list, b)
+		rb.wg.Add(1)
+		go func() {
+			defer rb.wg.Done()
+			if err := b.Run(ctx); err != nil {
+				log.Error("bridge stopped", "bridge", o.Name, "err", err)
+			}
+		}()
+		log.Info("bridge started", "bridge", o.Name, "urls", n.URLs, "ingest", len(o.Ingest), "egress", len(o.Egress))
+	}
+	return rb, nil
+}
+
+// stop ends every bridge and waits for them.
+func (rb *runningBridges) stop() {
+	rb.cancel()
+	rb.wg.Wait()
+}

@@ -1,0 +1,96 @@
+package bridge
+
+import "sync"
+
+// State of a bridge's NATS connection, as Stats reports it.
+const (
+	StateStarting     = "starting"
+	StateConnected    = "connected"
+	StateReconnecting = "reconnecting"
+	StateStopped      = "stopped"
+)
+
+// Stats is a snapshot of a bridge's state and counters, for the admin API
+// and /metrics. Counters run from the bridge's start.
+type Stats struct {
+	Name  string
+	State string // StateStarting, StateConnected, StateReconnecting, StateStopped
+	// LastError is the last NATS or Fibril error the bridge logged, "" for none.
+	LastError string
+	// Reconnects counts NATS reconnects.
+	Reconnects uint64
+
+	// Received counts messages taken from NATS by ingests (JetStream
+	// redeliveries included).
+	Received uint64
+	// Published counts messages Fibril confirmed (stored at the queue's
+	// durability), Duplicates those it confirmed as repeats within the
+	// dedupe window.
+	Published  uint64
+	Duplicates uint64
+	// Dropped counts core messages given up, by reason (the broker's error
+	// code, "no_queue" for a subject the mapping cannot name a queue for).
+	Dropped map[string]uint64
+	// Retries counts publishes retried because the queue refused them
+	// (full) or the Fibril connection was lost; Blocked is true while a
+	// JetStream ingest waits for its queue to take a message.
+	Retries uint64
+	Blocked bool
+	// JetStreamAcked counts JetStream acks sent after the Fibril confirm.
+	JetStreamAcked uint64
+
+	// Egressed counts Fibril messages NATS accepted and that were then
+	// acked; EgressFailed those released for redelivery because NATS
+	// did not accept them.
+	Egressed     uint64
+	EgressFailed uint64
+}
+
+// counters is the bridge's live Stats, guarded by mu.
+type counters struct {
+	mu      sync.Mutex
+	s       Stats
+	blocked int // ingests currently blocked
+}
+
+func (c *counters) update(f func(s *Stats)) {
+	c.mu.Lock()
+	f(&c.s)
+	c.mu.Unlock()
+}
+
+// setState sets State, unless the bridge has stopped: nats.go reports the
+// disconnect of the final Close after Run marked the bridge stopped.
+func (c *counters) setState(state string) {
+	c.mu.Lock()
+	if c.s.State != StateStopped {
+		c.s.State = state
+	}
+	c.mu.Unlock()
+}
+
+func (c *counters) drop(reason string) {
+	c.update(func(s *Stats) { s.Dropped[reason]++ })
+}
+
+func (c *counters) setBlocked(on bool) {
+	c.mu.Lock()
+	if on {
+		c.blocked++
+	} else {
+		c.blocked--
+	}
+	c.s.Blocked = c.blocked > 0
+	c.mu.Unlock()
+}
+
+func (c *counters) snapshot() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.s
+	s.Dropped = make(map[string]uint64, len(c.s.Dropped))
+	for k, v := range c.s.Dropped {
+		s.Dropped[k] = v
+	}
+	return s
+}
