@@ -13,37 +13,37 @@ const (
 // Stats is a snapshot of a bridge's state and counters, for the admin API
 // and /metrics. Counters run from the bridge's start.
 type Stats struct {
-	Name  string
-	State string // StateStarting, StateConnected, StateReconnecting, StateStopped
+	Name  string `json:"name"`
+	State string `json:"state"` // StateStarting, StateConnected, StateReconnecting, StateStopped
 	// LastError is the last NATS or Fibril error the bridge logged, "" for none.
-	LastError string
+	LastError string `json:"last_error"`
 	// Reconnects counts NATS reconnects.
-	Reconnects uint64
+	Reconnects uint64 `json:"reconnects"`
 
 	// Received counts messages taken from NATS by ingests (JetStream
 	// redeliveries included).
-	Received uint64
+	Received uint64 `json:"received"`
 	// Published counts messages Fibril confirmed (stored at the queue's
 	// durability), Duplicates those it confirmed as repeats within the
 	// dedupe window.
-	Published  uint64
-	Duplicates uint64
+	Published  uint64 `json:"published"`
+	Duplicates uint64 `json:"duplicates"`
 	// Dropped counts core messages given up, by reason (the broker's error
 	// code, "no_queue" for a subject the mapping cannot name a queue for).
-	Dropped map[string]uint64
+	Dropped map[string]uint64 `json:"dropped"`
 	// Retries counts publishes retried because the queue refused them
 	// (full) or the Fibril connection was lost; Blocked is true while a
 	// JetStream ingest waits for its queue to take a message.
-	Retries uint64
-	Blocked bool
+	Retries uint64 `json:"retries"`
+	Blocked bool   `json:"blocked"`
 	// JetStreamAcked counts JetStream acks sent after the Fibril confirm.
-	JetStreamAcked uint64
+	JetStreamAcked uint64 `json:"jetstream_acked"`
 
 	// Egressed counts Fibril messages NATS accepted and that were then
 	// acked; EgressFailed those released for redelivery because NATS
 	// did not accept them.
-	Egressed     uint64
-	EgressFailed uint64
+	Egressed     uint64 `json:"egressed"`
+	EgressFailed uint64 `json:"egress_failed"`
 }
 
 // counters is the bridge's live Stats, guarded by mu.

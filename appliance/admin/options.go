@@ -25,6 +25,10 @@ type Options struct {
 	// Default: the main module's version from the build information
 	// ("(devel)" for a build from a checkout without VCS stamping).
 	Version string
+	// Bridges reports the state and counters of the NATS bridges running
+	// beside the broker, as GET /api/bridges returns them (any value that
+	// encodes as JSON). Default nil: the endpoint answers an empty list.
+	Bridges func() any
 }
 
 // Validate reports options that cannot work.

@@ -89,6 +89,7 @@ func (s *Server) routes() http.Handler {
 	api("GET /api/settings", s.getSettings)
 	api("PUT /api/settings", s.putSettings)
 	api("GET /api/node", s.getNode)
+	api("GET /api/bridges", s.getBridges)
 	mux.Handle("GET /healthz", s.jsonAPI(s.healthz))
 	mux.Handle("GET /readyz", s.jsonAPI(s.readyz))
 	mux.Handle("GET /metrics", s.auth(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{
@@ -190,4 +191,12 @@ func decode(r *http.Request, limit int64, v any) error {
 		return invalid("request body: more than one JSON value")
 	}
 	return nil
+}
+
+// getBridges answers GET /api/bridges: the bridges' own report.
+func (s *Server) getBridges(*http.Request) (int, any, error) {
+	if s.opts.Bridges == nil {
+		return http.StatusOK, map[string]any{"bridges": []any{}}, nil
+	}
+	return http.StatusOK, map[string]any{"bridges": s.opts.Bridges()}, nil
 }

@@ -141,6 +141,18 @@ func startBridges(cfg Config, fibrilAddr string, log *slog.Logger) (*runningBrid
 }
 
 // stop ends every bridge and waits for them.
+// stats reports every bridge's state and counters; none before they start.
+func (rb *runningBridges) stats() []bridge.Stats {
+	if rb == nil {
+		return []bridge.Stats{}
+	}
+	out := make([]bridge.Stats, 0, len(rb.list))
+	for _, b := range rb.list {
+		out = append(out, b.Stats())
+	}
+	return out
+}
+
 func (rb *runningBridges) stop() {
 	rb.cancel()
 	rb.wg.Wait()

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/fibril-edge/fibril/appliance"
@@ -79,7 +80,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	log.Info("listening", "proto", "fibril", "addr", ln.Addr().String(), "tls", srvOpts.TLS != nil,
 		"auth", len(srvOpts.Tokens) > 0)
-	adm, err := startAdmin(cfg, b, metrics, srv, log)
+	var running atomic.Pointer[runningBridges] // set once the bridges start
+	adm, err := startAdmin(cfg, b, metrics, srv, func() any { return running.Load().stats() }, log)
 	if err != nil {
 		_ = ln.Close()
 		return errors.Join(err, closeBroker(b, log))
@@ -91,6 +93,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		adm.shutdown(context.Background(), log)
 		return errors.Join(err, srv.Shutdown(context.Background()), closeBroker(b, log))
 	}
+	running.Store(bridges)
 	notify(log, sdnotify.StateReady) // every queue log recovered, listeners bound
 	stopWatchdog := startWatchdog(b.Healthy, log)
 
@@ -175,13 +178,13 @@ type adminServer struct {
 
 // startAdmin serves the admin API on cfg's [admin] listen address, with
 // the [server] tokens.
-func startAdmin(cfg Config, b *appliance.Broker, m *admin.Metrics, srv *server.Server, log *slog.Logger) (*adminServer, error) {
+func startAdmin(cfg Config, b *appliance.Broker, m *admin.Metrics, srv *server.Server, bridges func() any, log *slog.Logger) (*adminServer, error) {
 	if cfg.Admin.Listen == "" {
 		log.Info("admin API off: [admin] listen is empty")
 		return &adminServer{}, nil
 	}
 	api, err := admin.New(b, admin.Options{Tokens: cfg.Server.Tokens, Logger: log, Metrics: m,
-		ServerConnections: srv.Connections, UI: dashboard.Handler(), Version: Version})
+		ServerConnections: srv.Connections, UI: dashboard.Handler(), Version: Version, Bridges: bridges})
 	if err != nil {
 		return nil, err
 	}
