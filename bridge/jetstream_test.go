@@ -32,6 +32,13 @@ func fillStream(t *testing.T, js jetstream.JetStream, name, subject string, n in
 			t.Fatal(err)
 		}
 		futs = append(futs, f)
+		if (i+1)%500 == 0 { // keep the publisher far below its async window
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-ctx.Done():
+				t.Fatal("publish acks timed out")
+			}
+		}
 	}
 	for i, f := range futs {
 		select {
@@ -120,6 +127,14 @@ func TestJetStreamIngestRestarts(t *testing.T) {
 			if _, err := pjs.PublishMsgAsync(m); err != nil {
 				t.Error(err)
 				return
+			}
+			if (i+1)%500 == 0 { // keep the publisher far below its async window
+				select {
+				case <-pjs.PublishAsyncComplete():
+				case <-time.After(testTimeout):
+					t.Error("stream publishes not acked")
+					return
+				}
 			}
 		}
 		select {
