@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/fibril-edge/fibril/internal/await"
 	"github.com/fibril-edge/fibril/internal/syncprobe"
 	"log/slog"
 	"strings"
@@ -59,20 +60,11 @@ func (c *collector) empty() bool { return len(c.ch) == 0 }
 
 func body(i int) []byte { return []byte(fmt.Sprintf("message-%06d", i)) }
 
-// waitFor polls cond until it holds or ctx ends. It is for conditions that
-// have no event to wait on (counters applied by another goroutine); every
-// call has the generous deadline of ctx.
+// waitFor polls cond until it holds or ctx ends, for conditions that have
+// no event to wait on (counters applied by another goroutine).
 func waitFor(t testing.TB, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		}
-	}
+	await.Until(t, ctx, what, cond)
 }
 
 // info returns a queue's view or fails the test.

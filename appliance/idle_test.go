@@ -65,15 +65,7 @@ func TestIdleBrokerTouchesNoDisk(t *testing.T) {
 		}
 		return true
 	}
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !settled() {
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			t.Fatal("broker never settled")
-		}
-	}
+	waitFor(t, ctx, "the broker to settle", settled)
 	before := ops.Load()
 	select { // an observation window, not a synchronisation
 	case <-time.After(time.Second):

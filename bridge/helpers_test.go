@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fibril-edge/fibril/internal/await"
 	"io"
 	"log/slog"
 	"net"
@@ -178,17 +179,10 @@ func runBridge(t *testing.T, opts Options) *running {
 	return &running{Bridge: b, stop: stop}
 }
 
-// waitFor waits until cond holds, checking it at every tick; what names it
-// in the failure.
+// waitFor waits until cond holds, for at most testTimeout.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	await.Within(t, testTimeout, what, cond)
 }
 
 // drain consumes queue until a sentinel published after everything else

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/fibril-edge/fibril/internal/await"
 	"io"
 	"log/slog"
 	"net/http"
@@ -135,18 +136,9 @@ func (f *fixture) declare(req map[string]any) queueView {
 	return rep.Queue
 }
 
-// waitFor polls cond until it holds or ctx ends: for state another
-// goroutine applies (settles go through the log) with no event to wait on.
+// waitFor polls cond until it holds: for state another goroutine applies
+// (settles go through the log) with no event to wait on.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	ctx := testCtx(t)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		}
-	}
+	await.Until(t, testCtx(t), what, cond)
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"github.com/fibril-edge/fibril/internal/await"
 	"io"
 	"log/slog"
 	"net"
@@ -263,19 +264,10 @@ func (c *client) deliver() *wire.Deliver {
 	return d
 }
 
-// waitFor waits until cond holds, checking it whenever tick fires, for at
-// most waitLimit.
+// waitFor waits until cond holds, for at most waitLimit.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
+	await.Within(t, waitLimit, what, cond)
 }
 
 // isReset reports a connection reset by the peer.
