@@ -2,12 +2,10 @@ package bridge
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"github.com/fibril-edge/fibril/internal/await"
-	"io"
+	"github.com/fibril-edge/fibril/internal/brokertest"
 	"log/slog"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -16,15 +14,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/appliance/client"
-	"github.com/fibril-edge/fibril/appliance/server"
 )
 
 // testTimeout bounds every wait; generous for -race on a loaded machine.
 const testTimeout = 45 * time.Second
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quiet() *slog.Logger { return brokertest.Quiet() }
 
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
@@ -81,36 +77,8 @@ func connectNATS(t *testing.T, ns *natsserver.Server) (*nats.Conn, jetstream.Jet
 // returns its address.
 func startBroker(t *testing.T) string {
 	t.Helper()
-	b, err := appliance.Open(appliance.Options{DataDir: t.TempDir(), MinFreeBytes: -1, Logger: quiet()})
-	if err != nil {
-		t.Fatalf("open broker: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			t.Errorf("close broker: %v", err)
-		}
-	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(b, server.Options{Logger: quiet()})
-	if err != nil {
-		t.Fatalf("new server: %v", err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("server shutdown: %v", err)
-		}
-		if err := <-served; !errors.Is(err, server.ErrServerClosed) {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return ln.Addr().String()
+	_, addr := brokertest.Start(t)
+	return addr
 }
 
 // fibril is a test client of the broker.

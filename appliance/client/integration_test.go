@@ -4,62 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"github.com/fibril-edge/fibril/internal/brokertest"
 	"log/slog"
 	"net"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/appliance/client"
-	"github.com/fibril-edge/fibril/appliance/server"
 )
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quiet() *slog.Logger { return brokertest.Quiet() }
 
-// openBroker opens a real broker on a temporary directory, closed at the
-// end of the test (after the servers registered later have shut down).
-func openBroker(t *testing.T) *appliance.Broker {
-	t.Helper()
-	b, err := appliance.Open(appliance.Options{DataDir: t.TempDir(), MinFreeBytes: -1, Logger: quiet()})
-	if err != nil {
-		t.Fatalf("open broker: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			t.Errorf("close broker: %v", err)
-		}
-	})
-	return b
-}
+// openBroker opens a real broker on a temporary directory.
+func openBroker(t *testing.T) *appliance.Broker { return brokertest.Open(t) }
 
 // serve runs a server for b on ln; shutdown (also run at the end of the
 // test) stops it gracefully.
 func serve(t *testing.T, b *appliance.Broker, ln net.Listener) (shutdown func()) {
-	t.Helper()
-	srv, err := server.New(b, server.Options{Logger: quiet()})
-	if err != nil {
-		t.Fatalf("new server: %v", err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	var once sync.Once
-	shutdown = func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			if err := srv.Shutdown(ctx); err != nil {
-				t.Errorf("server shutdown: %v", err)
-			}
-			if err := <-served; !errors.Is(err, server.ErrServerClosed) {
-				t.Errorf("Serve: %v", err)
-			}
-		})
-	}
-	t.Cleanup(shutdown)
-	return shutdown
+	return brokertest.Serve(t, b, ln)
 }
 
 // startBroker runs a real broker behind a server on loopback.
