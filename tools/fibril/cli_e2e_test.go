@@ -80,7 +80,6 @@ func TestCLIPubSub(t *testing.T) {
 func TestCLIAdmin(t *testing.T) {
 	cli, daemonBin := binaries(t)
 	d := startFibrild(t, daemonBin)
-	d.needAdmin(t)
 	env := []string{envAdmin + "=" + d.admin, envServer + "=" + d.server}
 	run := func(args ...string) cliResult { return fibrilCLI(t, cli, "", env, args...) }
 

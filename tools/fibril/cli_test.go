@@ -27,10 +27,9 @@ import (
 const cliWait = 60 * time.Second
 
 var (
-	buildOnce     sync.Once
-	buildDir      string
-	buildErr      error
-	adminInDaemon bool // fibrild's build includes package appliance/admin
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
 )
 
 // binaries returns the paths of the built fibril and fibrild.
@@ -54,12 +53,6 @@ func binaries(t *testing.T) (cli, daemon string) {
 				return
 			}
 		}
-		deps, err := exec.Command(goBin, "list", "-deps", "../fibrild").Output()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		adminInDaemon = bytes.Contains(deps, []byte("/appliance/admin\n"))
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -80,7 +73,7 @@ type fibrild struct {
 	cmd    *exec.Cmd
 	data   string
 	server string // client protocol address
-	admin  string // admin API URL; "" when the daemon serves none
+	admin  string // admin API URL
 	mu     sync.Mutex
 	log    bytes.Buffer
 	exited chan struct{}
@@ -89,7 +82,7 @@ type fibrild struct {
 var listenLine = regexp.MustCompile(`msg="?listening"? proto=(\w+) addr=(\S+)`)
 
 // startFibrild runs fibrild on a fresh data directory and waits until it
-// listens (and, when it has one, its admin API listens too).
+// listens on both its client protocol and its admin API.
 func startFibrild(t *testing.T, daemonBin string, extra ...string) *fibrild {
 	t.Helper()
 	empty := filepath.Join(t.TempDir(), "empty.toml") // keep /etc/fibril out of the test
@@ -127,7 +120,7 @@ func startFibrild(t *testing.T, daemonBin string, extra ...string) *fibrild {
 		<-d.exited
 	})
 	deadline := time.After(cliWait)
-	for d.server == "" || (adminInDaemon && d.admin == "") {
+	for d.server == "" || d.admin == "" {
 		select {
 		case a := <-addrs:
 			switch a[0] {
@@ -161,14 +154,6 @@ func (d *fibrild) stop(t *testing.T) {
 	case <-d.exited:
 	case <-time.After(cliWait):
 		t.Fatalf("fibrild did not stop:\n%s", d.logText())
-	}
-}
-
-// needAdmin skips a test when fibrild serves no admin API yet.
-func (d *fibrild) needAdmin(t *testing.T) {
-	t.Helper()
-	if d.admin == "" {
-		t.Skip("fibrild does not serve the admin API yet (appliance/admin not wired into the daemon): skipping the queue and settings commands against it; they are tested against a mock in admin_test.go")
 	}
 }
 
