@@ -13,8 +13,11 @@ func TestHeartbeatTimeoutClosesSilentClient(t *testing.T) {
 	const hb = 100 * time.Millisecond
 	ts := startServer(t, Options{Heartbeat: hb})
 	c := dial(t, ts.addr)
-	c.send(&wire.Hello{Version: 1})
+	// The clock starts before the Hello goes out: the server arms its idle
+	// deadline only after reading it, so the close cannot come sooner
+	// than 3 × hb after this instant.
 	start := time.Now()
+	c.send(&wire.Hello{Version: 1})
 	var beats int
 	for {
 		f, err := c.readErr()
