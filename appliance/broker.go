@@ -160,7 +160,7 @@ func (b *Broker) Declare(ctx context.Context, c QueueConfig) (DeclareResult, err
 		return DeclareResult{}, fmt.Errorf("%w: queue %s failed to open: %w", ErrUnavailable, c.Name, err)
 	}
 	if q, ok := b.queues[c.Name]; ok {
-		merged, err := q.cfg().merge(c)
+		merged, err := q.cfg().Merge(c)
 		if err != nil {
 			return DeclareResult{}, err
 		}
@@ -172,7 +172,7 @@ func (b *Broker) Declare(ctx context.Context, c QueueConfig) (DeclareResult, err
 		}
 		return declareResult(merged, false), nil
 	}
-	cfg := c.withDefaults()
+	cfg := c.WithDefaults()
 	if err := b.meta.putQueue(cfg); err != nil {
 		return DeclareResult{}, err
 	}

@@ -159,9 +159,9 @@ func (c QueueConfig) Validate() error {
 	return nil
 }
 
-// merge applies a re-declare to the stored declaration: the mode must not
+// Merge applies a re-declare to the stored declaration: the mode must not
 // change, and zero fields keep what is stored.
-func (stored QueueConfig) merge(c QueueConfig) (QueueConfig, error) {
+func (stored QueueConfig) Merge(c QueueConfig) (QueueConfig, error) {
 	if c.Durability != DurabilityUnspecified && c.Durability != stored.Durability {
 		return stored, fmt.Errorf("%w: queue %s is %s; a declare cannot make it %s (declare a new queue to switch)",
 			ErrModeConflict, stored.Name, stored.Durability, c.Durability)
@@ -195,8 +195,8 @@ func (stored QueueConfig) merge(c QueueConfig) (QueueConfig, error) {
 	return out, nil
 }
 
-// withDefaults fills a new queue's zero fields.
-func (c QueueConfig) withDefaults() QueueConfig {
+// WithDefaults fills a new queue's zero fields.
+func (c QueueConfig) WithDefaults() QueueConfig {
 	if c.Durability == DurabilityUnspecified {
 		c.Durability = Durable
 	}

@@ -1,0 +1,134 @@
+package control
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fibril-edge/fibril/appliance"
+)
+
+// Op names a command.
+type Op string
+
+// The commands the state machine applies.
+const (
+	OpAddMember    Op = "add_member"
+	OpRemoveMember Op = "remove_member"
+	OpDeclare      Op = "declare"
+	OpDeleteQueue  Op = "delete_queue"
+	OpSetSettings  Op = "set_settings"
+)
+
+// Command is one entry of the control log, JSON-encoded.
+type Command struct {
+	Op       Op                     `json:"op"`
+	Member   *Member                `json:"member,omitempty"`
+	ID       string                 `json:"id,omitempty"`
+	Queue    *appliance.QueueConfig `json:"queue,omitempty"`
+	Policy   Policy                 `json:"policy,omitzero"`
+	Warnings []string               `json:"warnings,omitempty"`
+	Settings map[string]string      `json:"settings,omitempty"`
+}
+
+// Result is what applying a command returns to the proposer.
+type Result struct {
+	Err     error
+	Queue   Queue
+	Created bool
+}
+
+// FSM is the raft state machine. raft calls Apply, Snapshot and Restore
+// from its own goroutines; the mutex guards the state against readers.
+type FSM struct {
+	mu    sync.RWMutex
+	state *State
+	// onChange, when set, is called after each applied command (outside
+	// the lock) so the node can wake waiters.
+	onChange func()
+}
+
+// NewFSM returns an empty state machine.
+func NewFSM(onChange func()) *FSM { return &FSM{state: newState(), onChange: onChange} }
+
+// State returns a copy of the current state.
+func (f *FSM) State() *State {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.state.clone()
+}
+
+// Apply applies one log entry and returns a Result.
+func (f *FSM) Apply(l *raft.Log) any {
+	var c Command
+	if err := json.Unmarshal(l.Data, &c); err != nil {
+		return Result{Err: fmt.Errorf("control: undecodable command at index %d: %w", l.Index, err)}
+	}
+	f.mu.Lock()
+	r := f.state.apply(c)
+	f.mu.Unlock()
+	if f.onChange != nil {
+		f.onChange()
+	}
+	return r
+}
+
+func (s *State) apply(c Command) Result {
+	switch c.Op {
+	case OpAddMember:
+		if c.Member == nil {
+			return Result{Err: errors.New("control: add_member without a member")}
+		}
+		return Result{Err: s.addMember(*c.Member)}
+	case OpRemoveMember:
+		return Result{Err: s.removeMember(c.ID)}
+	case OpDeclare:
+		if c.Queue == nil {
+			return Result{Err: errors.New("control: declare without a queue")}
+		}
+		q, created, err := s.declare(*c.Queue, c.Policy, c.Warnings)
+		return Result{Err: err, Queue: q, Created: created}
+	case OpDeleteQueue:
+		return Result{Err: s.deleteQueue(c.ID)}
+	case OpSetSettings:
+		return Result{Err: s.setSettings(c.Settings)}
+	}
+	return Result{Err: fmt.Errorf("control: unknown command %q", c.Op)}
+}
+
+// Snapshot captures the state for raft.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	return snapshot{f.State()}, nil
+}
+
+// Restore replaces the state with a snapshot's.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	s := newState()
+	if err := json.NewDecoder(rc).Decode(s); err != nil {
+		return fmt.Errorf("control: restore snapshot: %w", err)
+	}
+	f.mu.Lock()
+	f.state = s
+	f.mu.Unlock()
+	if f.onChange != nil {
+		f.onChange()
+	}
+	return nil
+}
+
+type snapshot struct{ s *State }
+
+func (s snapshot) Persist(sink raft.SnapshotSink) error {
+	if err := json.NewEncoder(sink).Encode(s.s); err != nil {
+		sink.Cancel()
+		return fmt.Errorf("control: persist snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (snapshot) Release() {}

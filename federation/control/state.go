@@ -1,0 +1,268 @@
+package control
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+
+	"github.com/fibril-edge/fibril/appliance"
+)
+
+// Limits and defaults of the control plane.
+const (
+	// MaxReplicas bounds a partition's copies, owner included.
+	MaxReplicas = 7
+	// DefaultReplicas is the replication factor when the cluster setting
+	// "replicas" is unset; fewer members than this means one copy per member.
+	DefaultReplicas = 3
+)
+
+// Errors callers tell apart.
+var (
+	// ErrNotEnoughMembers: the policy needs more replicas than the
+	// cluster has members.
+	ErrNotEnoughMembers = errors.New("not enough cluster members for the policy")
+	// ErrUnknownQueue: no such queue in the cluster.
+	ErrUnknownQueue = errors.New("unknown queue")
+	// ErrUnknownSetting: not a cluster setting.
+	ErrUnknownSetting = errors.New("unknown cluster setting")
+)
+
+// Member is a node of the cluster. Voters take part in raft; every member
+// can host replicas.
+type Member struct {
+	ID string `json:"id"`
+	// ClusterAddr is the node's cluster port (raft, control requests and
+	// replication), host:port.
+	ClusterAddr string `json:"cluster_addr"`
+	// ClientAddr is its client protocol address, host:port.
+	ClientAddr string `json:"client_addr,omitempty"`
+	Voter      bool   `json:"voter"`
+}
+
+// Queue is a cluster queue declaration with its policy.
+type Queue struct {
+	Config appliance.QueueConfig `json:"config"`
+	Policy Policy                `json:"policy"`
+	// Warning carries the buffered-mode warning and any policy
+	// deprecation warning.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// Assignment places one queue partition: its owner, its followers and the
+// epoch of that placement. The epoch rises whenever the owner changes (part
+// 2: seals); the replication handshake carries it.
+type Assignment struct {
+	Queue     string   `json:"queue"`
+	Partition int      `json:"partition"`
+	Owner     string   `json:"owner"`
+	Followers []string `json:"followers"`
+	Epoch     uint64   `json:"epoch"`
+	Policy    Policy   `json:"policy"`
+}
+
+// Replicas is the partition's copy count, owner included.
+func (a Assignment) Replicas() int { return 1 + len(a.Followers) }
+
+// Describe is the partition's policy as it reads: "written on 2 of 3".
+func (a Assignment) Describe() string { return a.Policy.Describe(a.Replicas()) }
+
+// State is the replicated state machine's content. It is changed only by
+// apply, on the raft goroutine; readers get copies.
+type State struct {
+	Members     map[string]Member       `json:"members"`
+	Queues      map[string]Queue        `json:"queues"`
+	Assignments map[string][]Assignment `json:"assignments"` // by queue, index = partition
+	Settings    map[string]string       `json:"settings"`
+}
+
+func newState() *State {
+	return &State{Members: map[string]Member{}, Queues: map[string]Queue{},
+		Assignments: map[string][]Assignment{}, Settings: map[string]string{}}
+}
+
+// clone deep-copies the state for a reader or a snapshot.
+func (s *State) clone() *State {
+	c := newState()
+	for k, v := range s.Members {
+		c.Members[k] = v
+	}
+	for k, v := range s.Queues {
+		v.Warnings = slices.Clone(v.Warnings)
+		c.Queues[k] = v
+	}
+	for k, v := range s.Assignments {
+		as := make([]Assignment, len(v))
+		for i, a := range v {
+			a.Followers = slices.Clone(a.Followers)
+			as[i] = a
+		}
+		c.Assignments[k] = as
+	}
+	for k, v := range s.Settings {
+		c.Settings[k] = v
+	}
+	return c
+}
+
+// Settings a cluster keeps, with their checks.
+var settingChecks = map[string]func(string) error{
+	// replicas: copies per partition, owner included (1..MaxReplicas).
+	"replicas": func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxReplicas {
+			return fmt.Errorf("replicas %q: want 1 to %d", v, MaxReplicas)
+		}
+		return nil
+	},
+}
+
+// replicas is the replication factor for a new partition.
+func (s *State) replicas() int {
+	n := DefaultReplicas
+	if v, ok := s.Settings["replicas"]; ok {
+		n, _ = strconv.Atoi(v)
+	}
+	return min(n, len(s.Members))
+}
+
+func (s *State) addMember(m Member) error {
+	if m.ID == "" || m.ClusterAddr == "" {
+		return fmt.Errorf("%w: a member needs an id and a cluster address", appliance.ErrInvalid)
+	}
+	s.Members[m.ID] = m
+	return nil
+}
+
+func (s *State) removeMember(id string) error {
+	for q, as := range s.Assignments {
+		for _, a := range as {
+			if a.Owner == id || slices.Contains(a.Followers, id) {
+				return fmt.Errorf("%w: member %s still hosts %s/%d", appliance.ErrConflict, id, q, a.Partition)
+			}
+		}
+	}
+	delete(s.Members, id)
+	return nil
+}
+
+func (s *State) setSettings(kv map[string]string) error {
+	for k, v := range kv {
+		check, ok := settingChecks[k]
+		if !ok {
+			return fmt.Errorf("%w: %q", ErrUnknownSetting, k)
+		}
+		if err := check(v); err != nil {
+			return fmt.Errorf("%w: %w", appliance.ErrInvalid, err)
+		}
+	}
+	for k, v := range kv {
+		s.Settings[k] = v
+	}
+	return nil
+}
+
+// declare applies a declaration with the cluster's rules: the mode is
+// fixed by the first declare, cluster-wide; a new queue declared without a
+// mode or policy becomes buffered; a policy implies the mode and must agree
+// with one given. A new queue is placed at once.
+func (s *State) declare(c appliance.QueueConfig, p Policy, warnings []string) (Queue, bool, error) {
+	if err := c.Validate(); err != nil {
+		return Queue{}, false, err
+	}
+	if !p.IsZero() && c.Durability != appliance.DurabilityUnspecified && p.Durability() != c.Durability {
+		return Queue{}, false, fmt.Errorf("%w: policy %s replicates a %s queue, not a %s one",
+			appliance.ErrInvalid, p, p.Durability(), c.Durability)
+	}
+	if c.Durability == appliance.DurabilityUnspecified && !p.IsZero() {
+		c.Durability = p.Durability()
+	}
+	if q, ok := s.Queues[c.Name]; ok {
+		merged, err := q.Config.Merge(c)
+		if err != nil {
+			return Queue{}, false, err
+		}
+		if !p.IsZero() && p != q.Policy {
+			return Queue{}, false, fmt.Errorf("%w: queue %s has policy %s, not %s", appliance.ErrConflict, c.Name, q.Policy, p)
+		}
+		q.Config = merged
+		s.Queues[c.Name] = q
+		return q, false, nil
+	}
+	if c.Durability == appliance.DurabilityUnspecified {
+		c.Durability = appliance.Buffered
+	}
+	c = c.WithDefaults()
+	replicas := s.replicas()
+	if p.IsZero() {
+		p = Policy{Kind: ReplicaBuffered, N: replicas/2 + 1}
+		if c.Durability == appliance.Durable {
+			p = Policy{Kind: MajorityDurable}
+		}
+	}
+	if need := p.Required(replicas); need > replicas || replicas == 0 {
+		return Queue{}, false, fmt.Errorf("%w: policy %s needs %d copies, the cluster places %d",
+			ErrNotEnoughMembers, p, need, replicas)
+	}
+	if c.Durability == appliance.Buffered {
+		warnings = append(warnings, appliance.BufferedWarning)
+	}
+	q := Queue{Config: c, Policy: p, Warnings: warnings}
+	s.Queues[c.Name] = q
+	s.Assignments[c.Name] = s.place(c.Name, c.Partitions, replicas, p)
+	return q, true, nil
+}
+
+func (s *State) deleteQueue(name string) error {
+	if _, ok := s.Queues[name]; !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownQueue, name)
+	}
+	delete(s.Queues, name)
+	delete(s.Assignments, name)
+	return nil
+}
+
+// place spreads a new queue's partitions: each partition's owner is the
+// member owning the fewest partitions, its followers those hosting the
+// fewest replicas; ties go by member id, so every node computes the same
+// placement from the same state.
+func (s *State) place(queue string, partitions, replicas int, p Policy) []Assignment {
+	owned, hosted := map[string]int{}, map[string]int{}
+	for _, as := range s.Assignments {
+		for _, a := range as {
+			owned[a.Owner]++
+			hosted[a.Owner]++
+			for _, f := range a.Followers {
+				hosted[f]++
+			}
+		}
+	}
+	ids := make([]string, 0, len(s.Members))
+	for id := range s.Members {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	out := make([]Assignment, partitions)
+	for part := range out {
+		sort.SliceStable(ids, func(i, j int) bool {
+			if owned[ids[i]] != owned[ids[j]] {
+				return owned[ids[i]] < owned[ids[j]]
+			}
+			return hosted[ids[i]] < hosted[ids[j]]
+		})
+		owner := ids[0]
+		rest := slices.Clone(ids[1:])
+		sort.SliceStable(rest, func(i, j int) bool { return hosted[rest[i]] < hosted[rest[j]] })
+		followers := rest[:replicas-1]
+		owned[owner]++
+		hosted[owner]++
+		for _, f := range followers {
+			hosted[f]++
+		}
+		out[part] = Assignment{Queue: queue, Partition: part, Owner: owner, Followers: slices.Clone(followers), Epoch: 1, Policy: p}
+		sort.Strings(ids)
+	}
+	return out
+}

@@ -1,0 +1,169 @@
+package control
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fibril-edge/fibril/appliance"
+)
+
+func threeMembers(t *testing.T) *State {
+	t.Helper()
+	s := newState()
+	for _, id := range []string{"n1", "n2", "n3"} {
+		if err := s.addMember(Member{ID: id, ClusterAddr: id + ":7000", Voter: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+func TestParsePolicy(t *testing.T) {
+	for in, want := range map[string]Policy{
+		"replica_durable:2":  {Kind: ReplicaDurable, N: 2},
+		"majority_durable":   {Kind: MajorityDurable},
+		"replica_buffered:3": {Kind: ReplicaBuffered, N: 3},
+		"replica_accepted:2": {Kind: ReplicaDurable, N: 2},
+		"":                   {},
+	} {
+		got, warn, err := ParsePolicy(in)
+		if err != nil || got != want {
+			t.Errorf("ParsePolicy(%q) = %v, %v; want %v", in, got, err, want)
+		}
+		if (in == "replica_accepted:2") != (warn != "") {
+			t.Errorf("ParsePolicy(%q) warning %q", in, warn)
+		}
+		if !got.IsZero() && got.String() != in && in != "replica_accepted:2" {
+			t.Errorf("String() = %q, want %q", got.String(), in)
+		}
+	}
+	for _, bad := range []string{"replica_durable", "replica_durable:0", "replica_durable:x", "majority_durable:2", "quorum", "replica_buffered:99"} {
+		if _, _, err := ParsePolicy(bad); !errors.Is(err, ErrInvalidPolicy) {
+			t.Errorf("ParsePolicy(%q) = %v, want ErrInvalidPolicy", bad, err)
+		}
+	}
+	p := Policy{Kind: ReplicaBuffered, N: 2}
+	if d := p.Describe(3); d != "written on 2 of 3" {
+		t.Errorf("Describe = %q", d)
+	}
+	if d := (Policy{Kind: MajorityDurable}).Describe(3); d != "durable on 2 of 3" {
+		t.Errorf("Describe = %q", d)
+	}
+}
+
+func TestDeclareRules(t *testing.T) {
+	s := threeMembers(t)
+	// No mode, no policy: buffered, replica_buffered on a majority.
+	q, created, err := s.declare(appliance.QueueConfig{Name: "plain"}, Policy{}, nil)
+	if err != nil || !created {
+		t.Fatal(created, err)
+	}
+	if q.Config.Durability != appliance.Buffered || q.Policy != (Policy{Kind: ReplicaBuffered, N: 2}) || len(q.Warnings) == 0 {
+		t.Fatalf("default declare: %+v", q)
+	}
+	// Durable without a policy: majority_durable.
+	q, _, err = s.declare(appliance.QueueConfig{Name: "orders", Durability: appliance.Durable, Partitions: 3}, Policy{}, nil)
+	if err != nil || q.Policy.Kind != MajorityDurable {
+		t.Fatal(q, err)
+	}
+	// Re-declaring the other mode is a mode conflict; no mode keeps it.
+	if _, _, err := s.declare(appliance.QueueConfig{Name: "orders", Durability: appliance.Buffered}, Policy{}, nil); !errors.Is(err, appliance.ErrModeConflict) {
+		t.Fatalf("mode switch: %v", err)
+	}
+	if q, created, err := s.declare(appliance.QueueConfig{Name: "orders"}, Policy{}, nil); err != nil || created || q.Config.Durability != appliance.Durable {
+		t.Fatalf("re-declare without mode: %+v %v %v", q, created, err)
+	}
+	// A policy implies the mode; a contradicting mode is invalid.
+	if _, _, err := s.declare(appliance.QueueConfig{Name: "x", Durability: appliance.Buffered}, Policy{Kind: ReplicaDurable, N: 2}, nil); !errors.Is(err, appliance.ErrInvalid) {
+		t.Fatalf("mode against policy: %v", err)
+	}
+	if q, _, err := s.declare(appliance.QueueConfig{Name: "y"}, Policy{Kind: ReplicaDurable, N: 3}, nil); err != nil || q.Config.Durability != appliance.Durable {
+		t.Fatalf("policy implies durable: %+v %v", q, err)
+	}
+	if _, _, err := s.declare(appliance.QueueConfig{Name: "y"}, Policy{Kind: ReplicaDurable, N: 2}, nil); !errors.Is(err, appliance.ErrConflict) {
+		t.Fatalf("policy change: %v", err)
+	}
+	if _, _, err := s.declare(appliance.QueueConfig{Name: "z"}, Policy{Kind: ReplicaDurable, N: 4}, nil); !errors.Is(err, ErrNotEnoughMembers) {
+		t.Fatalf("4 copies on 3 members: %v", err)
+	}
+	if _, _, err := s.declare(appliance.QueueConfig{Name: "bad name"}, Policy{}, nil); !errors.Is(err, appliance.ErrInvalid) {
+		t.Fatalf("bad name: %v", err)
+	}
+}
+
+// Placement spreads owners evenly, never puts two copies of a partition
+// on one member, and is the same on every node.
+func TestPlacementSpreads(t *testing.T) {
+	s := threeMembers(t)
+	if _, _, err := s.declare(appliance.QueueConfig{Name: "q", Partitions: 6}, Policy{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	owners := map[string]int{}
+	for _, a := range s.Assignments["q"] {
+		owners[a.Owner]++
+		seen := map[string]bool{a.Owner: true}
+		for _, f := range a.Followers {
+			if seen[f] {
+				t.Fatalf("partition %d has two copies on %s: %+v", a.Partition, f, a)
+			}
+			seen[f] = true
+		}
+		if a.Replicas() != 3 || a.Epoch != 1 {
+			t.Fatalf("assignment %+v", a)
+		}
+	}
+	for id, n := range owners {
+		if n != 2 {
+			t.Fatalf("owner counts %v (%s owns %d), want 2 each", owners, id, n)
+		}
+	}
+	again := threeMembers(t)
+	again.declare(appliance.QueueConfig{Name: "q", Partitions: 6}, Policy{}, nil)
+	for i, a := range again.Assignments["q"] {
+		b := s.Assignments["q"][i]
+		if a.Owner != b.Owner || a.Followers[0] != b.Followers[0] || a.Followers[1] != b.Followers[1] {
+			t.Fatalf("placement differs between runs at partition %d: %+v vs %+v", i, a, b)
+		}
+	}
+}
+
+type memSink struct{ bytes.Buffer }
+
+func (*memSink) ID() string    { return "mem" }
+func (*memSink) Cancel() error { return nil }
+func (*memSink) Close() error  { return nil }
+
+func TestSnapshotRestore(t *testing.T) {
+	f := NewFSM(nil)
+	f.state = threeMembers(t)
+	f.state.declare(appliance.QueueConfig{Name: "q", Partitions: 2}, Policy{}, nil)
+	f.state.setSettings(map[string]string{"replicas": "3"})
+	snap, _ := f.Snapshot()
+	var sink memSink
+	if err := snap.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	g := NewFSM(nil)
+	if err := g.Restore(io.NopCloser(&sink)); err != nil {
+		t.Fatal(err)
+	}
+	got := g.State()
+	if len(got.Members) != 3 || got.Queues["q"].Config.Partitions != 2 || len(got.Assignments["q"]) != 2 || got.Settings["replicas"] != "3" {
+		t.Fatalf("restored %+v", got)
+	}
+	r := g.Apply(&raft.Log{Data: []byte(`{"op":"set_settings","settings":{"replicas":"9"}}`)}).(Result)
+	if !errors.Is(r.Err, appliance.ErrInvalid) {
+		t.Fatalf("replicas 9: %v", r.Err)
+	}
+	r = g.Apply(&raft.Log{Data: []byte(`{"op":"set_settings","settings":{"colour":"red"}}`)}).(Result)
+	if !errors.Is(r.Err, ErrUnknownSetting) {
+		t.Fatalf("unknown setting: %v", r.Err)
+	}
+	if r := g.Apply(&raft.Log{Data: []byte(`{"op":"remove_member","id":"n1"}`)}).(Result); !errors.Is(r.Err, appliance.ErrConflict) {
+		t.Fatalf("removing a member that hosts replicas: %v", r.Err)
+	}
+}

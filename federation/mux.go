@@ -1,0 +1,140 @@
+package federation
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// The cluster port carries several protocols. A connection's first byte,
+// sent by the dialer after TLS (when configured), says which.
+const (
+	protoRaft    byte = 'R' // hashicorp/raft's network transport
+	protoControl byte = 'C' // one control request (forwarded command, join)
+)
+
+// handshakeTimeout bounds the TLS handshake and the protocol byte.
+const handshakeTimeout = 10 * time.Second
+
+// mux accepts connections on the cluster port and hands each to the
+// protocol its first byte names. The raft side is a raft.StreamLayer.
+type mux struct {
+	ln      net.Listener
+	addr    net.Addr    // advertised: what peers dial
+	tls     *tls.Config // server side; nil: plain TCP
+	dialTLS *tls.Config // client side; nil: plain TCP
+	raftc   chan net.Conn
+	control func(net.Conn)
+	done    chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+}
+
+func newMux(ln net.Listener, advertise net.Addr, serverTLS, clientTLS *tls.Config, control func(net.Conn)) *mux {
+	m := &mux{ln: ln, addr: advertise, tls: serverTLS, dialTLS: clientTLS, raftc: make(chan net.Conn),
+		control: control, done: make(chan struct{})}
+	m.wg.Add(1)
+	go m.serve()
+	return m
+}
+
+func (m *mux) serve() {
+	defer m.wg.Done()
+	for {
+		c, err := m.ln.Accept()
+		if err != nil {
+			return
+		}
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			m.route(c)
+		}()
+	}
+}
+
+// route reads the protocol byte and hands the connection on.
+func (m *mux) route(c net.Conn) {
+	c.SetDeadline(time.Now().Add(handshakeTimeout))
+	if m.tls != nil {
+		c = tls.Server(c, m.tls)
+	}
+	var b [1]byte
+	if _, err := c.Read(b[:]); err != nil {
+		c.Close()
+		return
+	}
+	c.SetDeadline(time.Time{})
+	switch b[0] {
+	case protoRaft:
+		select {
+		case m.raftc <- c:
+		case <-m.done:
+			c.Close()
+		}
+	case protoControl:
+		m.control(c)
+	default:
+		c.Close()
+	}
+}
+
+// dial connects to a peer's cluster port for proto.
+func (m *mux) dial(addr string, proto byte, timeout time.Duration) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if m.dialTLS != nil {
+		tc := tls.Client(c, m.dialTLS)
+		tc.SetDeadline(time.Now().Add(handshakeTimeout))
+		if err := tc.Handshake(); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("cluster TLS handshake with %s: %w", addr, err)
+		}
+		tc.SetDeadline(time.Time{})
+		c = tc
+	}
+	if _, err := c.Write([]byte{proto}); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// close stops accepting and waits for routing goroutines (control
+// handlers return when their connection ends).
+func (m *mux) close() {
+	m.once.Do(func() {
+		close(m.done)
+		m.ln.Close()
+	})
+	m.wg.Wait()
+}
+
+// raftLayer is the mux's raft side.
+type raftLayer struct{ m *mux }
+
+var _ raft.StreamLayer = raftLayer{}
+
+func (l raftLayer) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.m.raftc:
+		return c, nil
+	case <-l.m.done:
+		return nil, errors.New("cluster listener closed")
+	}
+}
+
+func (l raftLayer) Close() error   { l.m.once.Do(func() { close(l.m.done); l.m.ln.Close() }); return nil }
+func (l raftLayer) Addr() net.Addr { return l.m.addr }
+
+func (l raftLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return l.m.dial(string(addr), protoRaft, timeout)
+}

@@ -1,0 +1,268 @@
+package federation
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/fibril-edge/fibril/federation/control"
+	"github.com/fibril-edge/fibril/federation/raftstore"
+)
+
+// Errors callers tell apart.
+var (
+	// ErrNoLeader: no leader is known yet (an election is under way or
+	// too few voters are up); retry.
+	ErrNoLeader = errors.New("cluster has no leader")
+	// ErrClosed: the node is closed.
+	ErrClosed = errors.New("cluster node closed")
+)
+
+// Peer is another voter named in the configuration.
+type Peer struct {
+	ID   string
+	Addr string // cluster port, host:port
+}
+
+// Options configure a Node. ID, Dir and Listen are required.
+type Options struct {
+	// ID is this node's id, unique in the cluster.
+	ID string
+	// Dir holds the raft log (Pebble) and snapshots.
+	Dir string
+	// Listen is the cluster port's address; "127.0.0.1:0" picks a port.
+	Listen string
+	// Listener, when set, is used instead of listening on Listen (tests
+	// open their listeners first to know every address up front).
+	Listener net.Listener
+	// Advertise is the address peers dial; default the listener's.
+	Advertise string
+	// ClientAddr is this node's client protocol address, published in the
+	// member list so clients and peers can find it.
+	ClientAddr string
+	// NonVoter keeps the node out of raft's votes; it still hosts
+	// replicas. Default false: a voter.
+	NonVoter bool
+	// Peers are the other voters. With Bootstrap, the cluster is formed
+	// from this node and Peers (every voter may bootstrap with the same
+	// list); without it, the node asks the peers to let it join.
+	Peers     []Peer
+	Bootstrap bool
+	// ServerTLS and ClientTLS secure the cluster port when set (both or
+	// neither).
+	ServerTLS, ClientTLS *tls.Config
+	// ElectionTimeout scales raft's heartbeat, election and lease
+	// timeouts; default 1 s (raft's default). Tests use less.
+	ElectionTimeout time.Duration
+	// Logger receives the node's log; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Node is one member of the cluster's control plane.
+type Node struct {
+	opts  Options
+	log   *slog.Logger
+	fsm   *control.FSM
+	store *raftstore.Store
+	mux   *mux
+	raft  *raft.Raft
+	trans *raft.NetworkTransport
+
+	ready   chan struct{} // closed once raft is set: control requests wait for it
+	changed chan struct{} // closed and replaced on every applied command
+	mu      sync.Mutex    // guards changed
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+// Open starts the node: its cluster listener, raft, and (unless it is
+// already a member) its announcement to the leader.
+func Open(o Options) (*Node, error) {
+	if o.ID == "" || o.Dir == "" || (o.Listen == "" && o.Listener == nil) {
+		return nil, errors.New("federation: ID, Dir and Listen are required")
+	}
+	if (o.ServerTLS == nil) != (o.ClientTLS == nil) {
+		return nil, errors.New("federation: cluster TLS needs both a server and a client configuration")
+	}
+	if o.ElectionTimeout <= 0 {
+		o.ElectionTimeout = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	n := &Node{opts: o, log: o.Logger.With("node", o.ID), ready: make(chan struct{}), changed: make(chan struct{}), stop: make(chan struct{})}
+	n.fsm = control.NewFSM(n.notify)
+	if err := os.MkdirAll(o.Dir, 0o750); err != nil {
+		return nil, fmt.Errorf("federation: %w", err)
+	}
+	store, err := raftstore.Open(filepath.Join(o.Dir, "raft"), raftstore.Options{})
+	if err != nil {
+		return nil, err
+	}
+	n.store = store
+	ln := o.Listener
+	if ln == nil {
+		ln, err = net.Listen("tcp", o.Listen)
+	}
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("federation: listen on the cluster port %s: %w", o.Listen, err)
+	}
+	var adv net.Addr = ln.Addr()
+	if o.Advertise != "" {
+		if adv, err = net.ResolveTCPAddr("tcp", o.Advertise); err != nil {
+			ln.Close()
+			store.Close()
+			return nil, fmt.Errorf("federation: advertise address %q: %w", o.Advertise, err)
+		}
+	}
+	n.mux = newMux(ln, adv, o.ServerTLS, o.ClientTLS, n.serveControl)
+	if err := n.startRaft(); err != nil {
+		n.mux.close()
+		store.Close()
+		return nil, err
+	}
+	close(n.ready)
+	n.wg.Add(1)
+	go n.announce()
+	return n, nil
+}
+
+func (n *Node) startRaft() error {
+	o := n.opts
+	logw := slogWriter{n.log}
+	cfg := raft.DefaultConfig()
+	cfg.LocalID = raft.ServerID(o.ID)
+	cfg.HeartbeatTimeout = o.ElectionTimeout
+	cfg.ElectionTimeout = o.ElectionTimeout
+	cfg.LeaderLeaseTimeout = o.ElectionTimeout / 2
+	cfg.CommitTimeout = o.ElectionTimeout / 20
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: logw})
+	snaps, err := raft.NewFileSnapshotStore(o.Dir, 2, logw)
+	if err != nil {
+		return fmt.Errorf("federation: snapshot store: %w", err)
+	}
+	n.trans = raft.NewNetworkTransport(raftLayer{n.mux}, 3, 10*time.Second, logw)
+	existing, err := raft.HasExistingState(n.store, n.store, snaps)
+	if err != nil {
+		return fmt.Errorf("federation: read raft state: %w", err)
+	}
+	if o.Bootstrap && !existing {
+		servers := []raft.Server{{ID: cfg.LocalID, Address: n.trans.LocalAddr()}}
+		for _, p := range o.Peers {
+			servers = append(servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr)})
+		}
+		if err := raft.BootstrapCluster(cfg, n.store, n.store, snaps, n.trans, raft.Configuration{Servers: servers}); err != nil {
+			return fmt.Errorf("federation: bootstrap: %w", err)
+		}
+	}
+	r, err := raft.NewRaft(cfg, n.fsm, n.store, n.store, snaps, n.trans)
+	if err != nil {
+		return fmt.Errorf("federation: start raft: %w", err)
+	}
+	n.raft = r
+	return nil
+}
+
+// Member is this node's entry in the member list.
+func (n *Node) Member() control.Member {
+	return control.Member{ID: n.opts.ID, ClusterAddr: string(n.trans.LocalAddr()),
+		ClientAddr: n.opts.ClientAddr, Voter: !n.opts.NonVoter}
+}
+
+// ClusterAddr is the address peers dial.
+func (n *Node) ClusterAddr() string { return string(n.trans.LocalAddr()) }
+
+// announce makes sure this node is in the member list (and, for a
+// non-voter or a late joiner, in raft's configuration), retrying with
+// backoff until it is or the node closes.
+func (n *Node) announce() {
+	defer n.wg.Done()
+	backoff := n.opts.ElectionTimeout / 4
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*n.opts.ElectionTimeout)
+		err := n.join(ctx, n.Member())
+		cancel()
+		if err == nil {
+			return
+		}
+		n.log.Debug("announcing to the cluster", "err", err)
+		select {
+		case <-n.stop:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// State is a copy of this node's view of the replicated state. A
+// follower's view may lag the leader's by the commands in flight.
+func (n *Node) State() *control.State { return n.fsm.State() }
+
+// Leader is the current leader's id and cluster address, empty when none
+// is known.
+func (n *Node) Leader() (id, addr string) {
+	a, i := n.raft.LeaderWithID()
+	return string(i), string(a)
+}
+
+// IsLeader reports whether this node leads.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// Changed returns a channel closed at the next applied command.
+func (n *Node) Changed() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.changed
+}
+
+func (n *Node) notify() {
+	n.mu.Lock()
+	close(n.changed)
+	n.changed = make(chan struct{})
+	n.mu.Unlock()
+}
+
+// Close leaves raft running state behind on disk and stops the node.
+func (n *Node) Close() error {
+	select {
+	case <-n.stop:
+		return nil
+	default:
+	}
+	close(n.stop)
+	err := n.raft.Shutdown().Error()
+	n.trans.Close()
+	n.mux.close()
+	n.wg.Wait()
+	return errors.Join(err, n.store.Close())
+}
+
+// slogWriter turns raft's log lines into slog records.
+type slogWriter struct{ log *slog.Logger }
+
+var _ io.Writer = slogWriter{}
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.log.Warn(string(trimNewline(p)), "component", "raft")
+	return len(p), nil
+}
+
+func trimNewline(p []byte) []byte {
+	for len(p) > 0 && (p[len(p)-1] == '\n' || p[len(p)-1] == '\r') {
+		p = p[:len(p)-1]
+	}
+	return p
+}

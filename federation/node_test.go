@@ -1,0 +1,210 @@
+package federation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/federation/control"
+	"github.com/fibril-edge/fibril/internal/await"
+	"github.com/fibril-edge/fibril/internal/leakcheck"
+)
+
+const testElection = 200 * time.Millisecond
+
+type cluster struct {
+	t     *testing.T
+	ids   []string
+	addrs map[string]string
+	dirs  map[string]string
+	nodes map[string]*Node
+}
+
+// startCluster opens n voters on loopback, all bootstrapping with the
+// same peer list, and waits until every node sees every member.
+func startCluster(t *testing.T, n int) *cluster {
+	t.Helper()
+	c := &cluster{t: t, addrs: map[string]string{}, dirs: map[string]string{}, nodes: map[string]*Node{}}
+	lns := map[string]net.Listener{}
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprintf("n%d", i)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.ids = append(c.ids, id)
+		c.addrs[id] = ln.Addr().String()
+		c.dirs[id] = t.TempDir()
+		lns[id] = ln
+	}
+	for _, id := range c.ids {
+		c.open(id, lns[id])
+	}
+	t.Cleanup(func() {
+		for _, nd := range c.nodes {
+			nd.Close()
+		}
+	})
+	c.waitMembers(n)
+	return c
+}
+
+func (c *cluster) open(id string, ln net.Listener) {
+	c.t.Helper()
+	var peers []Peer
+	for _, other := range c.ids {
+		if other != id {
+			peers = append(peers, Peer{ID: other, Addr: c.addrs[other]})
+		}
+	}
+	o := Options{ID: id, Dir: c.dirs[id], Listen: c.addrs[id], Listener: ln, ClientAddr: "127.0.0.1:1" + id[1:],
+		Peers: peers, Bootstrap: true, ElectionTimeout: testElection,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	nd, err := Open(o)
+	if err != nil {
+		c.t.Fatalf("open %s: %v", id, err)
+	}
+	c.nodes[id] = nd
+}
+
+func (c *cluster) waitMembers(n int) {
+	c.t.Helper()
+	for id, nd := range c.nodes {
+		await.Within(c.t, 30*time.Second, id+" to see "+fmt.Sprint(n)+" members", func() bool {
+			return len(nd.State().Members) == n
+		})
+	}
+}
+
+func (c *cluster) leader() string {
+	c.t.Helper()
+	var id string
+	await.Within(c.t, 30*time.Second, "a leader", func() bool {
+		for nid, nd := range c.nodes {
+			if nd.IsLeader() {
+				id = nid
+				return true
+			}
+		}
+		return false
+	})
+	return id
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Issue test 4: declarations and assignments survive a leader kill and
+// re-election, a re-declare with the other mode is rejected on every node,
+// and a declare through a follower is forwarded to the leader.
+func TestLeaderKillKeepsDeclarations(t *testing.T) {
+	c := startCluster(t, 3)
+	lead := c.leader()
+	var follower string
+	for _, id := range c.ids {
+		if id != lead {
+			follower = id
+			break
+		}
+	}
+	ctx := ctxT(t)
+	q, created, err := c.nodes[follower].Declare(ctx, appliance.QueueConfig{Name: "orders", Durability: appliance.Durable, Partitions: 3}, "")
+	if err != nil || !created || q.Policy.Kind != control.MajorityDurable {
+		t.Fatalf("declare through follower %s: %+v %v %v", follower, q, created, err)
+	}
+	if _, _, err := c.nodes[lead].Declare(ctx, appliance.QueueConfig{Name: "readings"}, "replica_accepted:2"); err != nil {
+		t.Fatal(err)
+	}
+	before := c.nodes[lead].State()
+	if as := before.Assignments["orders"]; len(as) != 3 {
+		t.Fatalf("orders assignments %+v", as)
+	}
+
+	// Kill the leader; the others elect a new one and keep the state.
+	c.nodes[lead].Close()
+	delete(c.nodes, lead)
+	newLead := c.leader()
+	if newLead == lead {
+		t.Fatalf("closed node %s still leads", lead)
+	}
+	// A new leader applies what was committed before it answers.
+	await.Within(t, 30*time.Second, newLead+" to apply the committed declarations", func() bool {
+		_, ok := c.nodes[newLead].State().Queues["readings"]
+		return ok
+	})
+	after := c.nodes[newLead].State()
+	for i, a := range before.Assignments["orders"] {
+		b := after.Assignments["orders"][i]
+		if a.Owner != b.Owner || a.Epoch != b.Epoch || fmt.Sprint(a.Followers) != fmt.Sprint(b.Followers) {
+			t.Fatalf("partition %d assignment changed over the election: %+v → %+v", i, a, b)
+		}
+	}
+	if r := after.Queues["readings"]; r.Policy != (control.Policy{Kind: control.ReplicaDurable, N: 2}) || len(r.Warnings) == 0 {
+		t.Fatalf("readings after election: %+v", r)
+	}
+
+	// Restart the old leader from its directory: it catches up.
+	ln, err := net.Listen("tcp", c.addrs[lead])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.open(lead, ln)
+	await.Within(t, 30*time.Second, lead+" to catch up", func() bool {
+		_, ok := c.nodes[lead].State().Queues["readings"]
+		return ok
+	})
+	for _, id := range c.ids {
+		_, _, err := c.nodes[id].Declare(ctx, appliance.QueueConfig{Name: "orders", Durability: appliance.Buffered}, "")
+		if !errors.Is(err, appliance.ErrModeConflict) {
+			t.Fatalf("mode switch through %s: %v, want ErrModeConflict", id, err)
+		}
+	}
+	if _, _, err := c.nodes[follower].Declare(ctx, appliance.QueueConfig{Name: "x"}, "replica_durable:5"); !errors.Is(err, control.ErrNotEnoughMembers) {
+		t.Fatalf("5 copies on 3 nodes: %v", err)
+	}
+	if _, _, err := c.nodes[follower].Declare(ctx, appliance.QueueConfig{Name: "x"}, "quorum"); !errors.Is(err, control.ErrInvalidPolicy) {
+		t.Fatalf("bad policy: %v", err)
+	}
+}
+
+// A node that is not a voter joins through any member and is in the
+// member list, but not in raft's votes.
+func TestNonVoterJoins(t *testing.T) {
+	c := startCluster(t, 3)
+	nv, err := Open(Options{ID: "edge", Dir: t.TempDir(), Listen: "127.0.0.1:0", NonVoter: true,
+		Peers: []Peer{{ID: "n2", Addr: c.addrs["n2"]}}, ElectionTimeout: testElection,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nv.Close()
+	await.Within(t, 30*time.Second, "edge in the member list on every node", func() bool {
+		for _, nd := range c.nodes {
+			if m, ok := nd.State().Members["edge"]; !ok || m.Voter {
+				return false
+			}
+		}
+		_, ok := nv.State().Members["n1"]
+		return ok
+	})
+	f := c.nodes[c.leader()].raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range f.Configuration().Servers {
+		if s.ID == "edge" && s.Suffrage.String() != "Nonvoter" {
+			t.Fatalf("edge in raft as %v", s.Suffrage)
+		}
+	}
+}
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }

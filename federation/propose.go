@@ -1,0 +1,283 @@
+package federation
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/federation/control"
+)
+
+// A control request travels on its own connection to the cluster port:
+// the dialer writes one JSON request, the node answers one JSON response
+// and closes. A follower forwards proposals to the leader this way, and a
+// joining node announces itself.
+type controlRequest struct {
+	Join    *control.Member  `json:"join,omitempty"`
+	Command *control.Command `json:"command,omitempty"`
+}
+
+type controlResponse struct {
+	Code    string        `json:"code,omitempty"` // sentinel name, "" = ok
+	Error   string        `json:"error,omitempty"`
+	Queue   control.Queue `json:"queue,omitzero"`
+	Created bool          `json:"created,omitempty"`
+}
+
+// sentinels cross the wire by name so a forwarded error still matches
+// errors.Is on the node that asked.
+var sentinels = map[string]error{
+	"mode_conflict":      appliance.ErrModeConflict,
+	"conflict":           appliance.ErrConflict,
+	"invalid":            appliance.ErrInvalid,
+	"invalid_policy":     control.ErrInvalidPolicy,
+	"not_enough_members": control.ErrNotEnoughMembers,
+	"unknown_queue":      control.ErrUnknownQueue,
+	"unknown_setting":    control.ErrUnknownSetting,
+	"no_leader":          ErrNoLeader,
+}
+
+// The request's whole exchange must fit in this.
+const controlTimeout = 30 * time.Second
+
+type remoteError struct {
+	sentinel error
+	msg      string
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.sentinel }
+
+func encodeResult(r control.Result) controlResponse {
+	resp := controlResponse{Queue: r.Queue, Created: r.Created}
+	if r.Err != nil {
+		resp.Error, resp.Code = r.Err.Error(), "error"
+		// The most specific sentinel wins (a mode conflict is also a conflict).
+		for _, name := range []string{"mode_conflict", "conflict", "invalid_policy", "not_enough_members",
+			"unknown_queue", "unknown_setting", "invalid", "no_leader"} {
+			if errors.Is(r.Err, sentinels[name]) {
+				resp.Code = name
+				break
+			}
+		}
+	}
+	return resp
+}
+
+func decodeResult(resp controlResponse) control.Result {
+	r := control.Result{Queue: resp.Queue, Created: resp.Created}
+	if resp.Code != "" {
+		r.Err = &remoteError{sentinel: sentinels[resp.Code], msg: resp.Error}
+	}
+	return r
+}
+
+// serveControl answers one control request; only the leader applies.
+func (n *Node) serveControl(c net.Conn) {
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(controlTimeout))
+	var req controlRequest
+	if err := json.NewDecoder(c).Decode(&req); err != nil {
+		return
+	}
+	select {
+	case <-n.ready:
+	default: // raft is still starting
+		json.NewEncoder(c).Encode(encodeResult(control.Result{Err: ErrNoLeader}))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout-time.Second)
+	defer cancel()
+	var r control.Result
+	switch {
+	case req.Join != nil:
+		r.Err = n.join(ctx, *req.Join)
+	case req.Command != nil:
+		r = n.propose(ctx, *req.Command)
+	default:
+		r.Err = fmt.Errorf("%w: empty control request", appliance.ErrInvalid)
+	}
+	json.NewEncoder(c).Encode(encodeResult(r))
+}
+
+// propose applies cmd through the leader: here when this node leads,
+// else forwarded. It waits out an election up to ctx's end.
+func (n *Node) propose(ctx context.Context, cmd control.Command) control.Result {
+	for {
+		r, err := n.proposeOnce(ctx, cmd)
+		if err == nil {
+			return r
+		}
+		if !errors.Is(err, ErrNoLeader) && !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) {
+			return control.Result{Err: err}
+		}
+		select {
+		case <-ctx.Done():
+			return control.Result{Err: fmt.Errorf("%w: %w", ErrNoLeader, ctx.Err())}
+		case <-n.stop:
+			return control.Result{Err: ErrClosed}
+		case <-time.After(n.opts.ElectionTimeout / 10):
+		}
+	}
+}
+
+// proposeOnce returns an error only for failures worth retrying at the
+// next leader; the command's own outcome is in the Result.
+func (n *Node) proposeOnce(ctx context.Context, cmd control.Command) (control.Result, error) {
+	if n.raft.State() == raft.Leader {
+		b, err := json.Marshal(cmd)
+		if err != nil {
+			return control.Result{}, err
+		}
+		timeout := time.Until(deadline(ctx))
+		f := n.raft.Apply(b, timeout)
+		if err := f.Error(); err != nil {
+			return control.Result{}, err
+		}
+		return f.Response().(control.Result), nil
+	}
+	_, addr := n.Leader()
+	if addr == "" {
+		return control.Result{}, ErrNoLeader
+	}
+	resp, err := n.request(ctx, addr, controlRequest{Command: &cmd})
+	if err != nil {
+		return control.Result{}, fmt.Errorf("%w: forward to %s: %w", ErrNoLeader, addr, err)
+	}
+	r := decodeResult(resp)
+	if errors.Is(r.Err, ErrNoLeader) {
+		return control.Result{}, r.Err
+	}
+	return r, nil
+}
+
+// request sends one control request to addr and reads the answer.
+func (n *Node) request(ctx context.Context, addr string, req controlRequest) (controlResponse, error) {
+	c, err := n.mux.dial(addr, protoControl, time.Until(deadline(ctx)))
+	if err != nil {
+		return controlResponse{}, err
+	}
+	defer c.Close()
+	c.SetDeadline(deadline(ctx))
+	if err := json.NewEncoder(c).Encode(req); err != nil {
+		return controlResponse{}, err
+	}
+	var resp controlResponse
+	if err := json.NewDecoder(c).Decode(&resp); err != nil {
+		return controlResponse{}, err
+	}
+	return resp, nil
+}
+
+func deadline(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return time.Now().Add(controlTimeout)
+}
+
+// join puts m into raft's configuration (voter or not) and the member
+// list. On a follower it is forwarded to the leader, or, when no leader
+// is known, tried on each configured peer.
+func (n *Node) join(ctx context.Context, m control.Member) error {
+	if n.raft.State() != raft.Leader {
+		addrs := []string{}
+		if _, a := n.Leader(); a != "" {
+			addrs = append(addrs, a)
+		}
+		for _, p := range n.opts.Peers {
+			addrs = append(addrs, p.Addr)
+		}
+		err := ErrNoLeader
+		for _, a := range addrs {
+			if a == n.ClusterAddr() {
+				continue
+			}
+			resp, rerr := n.request(ctx, a, controlRequest{Join: &m})
+			if rerr != nil {
+				err = rerr
+				continue
+			}
+			if r := decodeResult(resp); r.Err != nil {
+				err = r.Err
+				continue
+			}
+			return nil
+		}
+		return err
+	}
+	if err := n.addToRaft(m); err != nil {
+		return err
+	}
+	if cur, ok := n.State().Members[m.ID]; ok && cur == m {
+		return nil
+	}
+	return n.propose(ctx, control.Command{Op: control.OpAddMember, Member: &m}).Err
+}
+
+// addToRaft adds m to raft's configuration unless it is there already.
+func (n *Node) addToRaft(m control.Member) error {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	for _, s := range f.Configuration().Servers {
+		if s.ID == raft.ServerID(m.ID) && s.Address == raft.ServerAddress(m.ClusterAddr) {
+			return nil
+		}
+	}
+	var fut raft.IndexFuture
+	if m.Voter {
+		fut = n.raft.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.ClusterAddr), 0, 0)
+	} else {
+		fut = n.raft.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.ClusterAddr), 0, 0)
+	}
+	if err := fut.Error(); err != nil {
+		return fmt.Errorf("federation: add %s to raft: %w", m.ID, err)
+	}
+	n.log.Info("cluster member added", "member", m.ID, "addr", m.ClusterAddr, "voter", m.Voter)
+	return nil
+}
+
+// Declare declares a queue cluster-wide under policy ("" = the default
+// for its mode). It returns the declaration in effect.
+func (n *Node) Declare(ctx context.Context, c appliance.QueueConfig, policy string) (control.Queue, bool, error) {
+	p, warning, err := control.ParsePolicy(policy)
+	if err != nil {
+		return control.Queue{}, false, err
+	}
+	cmd := control.Command{Op: control.OpDeclare, Queue: &c, Policy: p}
+	if warning != "" {
+		n.log.Warn(warning, "queue", c.Name)
+		cmd.Warnings = []string{warning}
+	}
+	r := n.propose(ctx, cmd)
+	return r.Queue, r.Created, r.Err
+}
+
+// DeleteQueue removes a queue's declaration and assignments.
+func (n *Node) DeleteQueue(ctx context.Context, name string) error {
+	return n.propose(ctx, control.Command{Op: control.OpDeleteQueue, ID: name}).Err
+}
+
+// SetSettings changes cluster settings.
+func (n *Node) SetSettings(ctx context.Context, kv map[string]string) error {
+	return n.propose(ctx, control.Command{Op: control.OpSetSettings, Settings: kv}).Err
+}
+
+// Join asks the cluster reachable at peer (a cluster address) to admit m.
+func (n *Node) JoinVia(ctx context.Context, peer string) error {
+	resp, err := n.request(ctx, peer, controlRequest{Join: ptr(n.Member())})
+	if err != nil {
+		return fmt.Errorf("federation: join via %s: %w", peer, err)
+	}
+	return decodeResult(resp).Err
+}
+
+func ptr[T any](v T) *T { return &v }
