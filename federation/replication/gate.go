@@ -1,0 +1,161 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// ErrStopped is returned by Gate.Wait when its stop channel closes.
+var ErrStopped = errors.New("replication: gate stopped")
+
+// Boundary says which follower position a gate counts.
+type Boundary uint8
+
+const (
+	// Written counts records handed to the follower's operating system
+	// (replica_buffered).
+	Written Boundary = 1
+	// Durable counts records the follower has synced (replica_durable,
+	// majority_durable).
+	Durable Boundary = 2
+)
+
+func (b Boundary) String() string {
+	if b == Written {
+		return "written"
+	}
+	return "durable"
+}
+
+// Gate holds a partition's confirms and deliveries until enough copies
+// have its records. The owner's own copy is counted by the caller, which
+// waits for its local append first; the gate counts followers: it opens
+// up to the (required-1)-th highest follower position at its boundary.
+// A lock guards the positions; waiters sleep on a channel closed at every
+// change.
+type Gate struct {
+	boundary Boundary
+	required int // copies, owner included
+
+	mu        sync.Mutex
+	followers map[string]Position
+	changed   chan struct{}
+}
+
+// NewGate returns a gate for a partition whose followers are named; the
+// policy needs required copies (owner included) at boundary.
+func NewGate(boundary Boundary, required int, followers []string) *Gate {
+	g := &Gate{boundary: boundary, required: required, followers: map[string]Position{}, changed: make(chan struct{})}
+	for _, f := range followers {
+		g.followers[f] = Position{}
+	}
+	return g
+}
+
+// Update records a follower's progress. Positions never move back: a
+// report lower than the last (an old frame, a reconnect) is ignored field
+// by field.
+func (g *Gate) Update(follower string, p Position) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	cur, ok := g.followers[follower]
+	if !ok {
+		return
+	}
+	p.Written, p.Durable = max(p.Written, cur.Written), max(p.Durable, cur.Durable)
+	if p == cur {
+		return
+	}
+	g.followers[follower] = p
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
+// Ceiling is the follower part of the visibility ceiling: the highest next
+// offset that required-1 followers have reached at the gate's boundary
+// (unbounded when the owner alone suffices).
+func (g *Gate) Ceiling() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ceilingLocked()
+}
+
+func (g *Gate) ceilingLocked() uint64 {
+	need := g.required - 1
+	if need <= 0 {
+		return ^uint64(0)
+	}
+	if need > len(g.followers) {
+		return 0
+	}
+	pos := make([]uint64, 0, len(g.followers))
+	for _, p := range g.followers {
+		if g.boundary == Written {
+			pos = append(pos, p.Written)
+		} else {
+			pos = append(pos, p.Durable)
+		}
+	}
+	slices.Sort(pos)
+	return pos[len(pos)-need]
+}
+
+// Wait blocks until the ceiling reaches next, or stop closes.
+func (g *Gate) Wait(stop <-chan struct{}, next uint64) error {
+	for {
+		g.mu.Lock()
+		if g.ceilingLocked() >= next {
+			g.mu.Unlock()
+			return nil
+		}
+		ch := g.changed
+		g.mu.Unlock()
+		select {
+		case <-ch:
+		case <-stop:
+			return ErrStopped
+		}
+	}
+}
+
+// Floor is the lowest durable position over the followers: retention must
+// keep every record from it on. Written progress never counts here.
+func (g *Gate) Floor() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	floor := ^uint64(0)
+	for _, p := range g.followers {
+		floor = min(floor, p.Durable)
+	}
+	return floor
+}
+
+// Positions is a copy of every follower's last reported position.
+func (g *Gate) Positions() map[string]Position {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make(map[string]Position, len(g.followers))
+	for k, v := range g.followers {
+		out[k] = v
+	}
+	return out
+}
+
+// Pending describes what a waiting confirm needs, for error messages.
+func (g *Gate) Pending(next uint64) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	have := 0
+	for _, p := range g.followers {
+		at := p.Durable
+		if g.boundary == Written {
+			at = p.Written
+		}
+		if at >= next {
+			have++
+		}
+	}
+	return fmt.Sprintf("%s on %d of %d copies, the policy needs %d", g.boundary, have+1, len(g.followers)+1, g.required)
+}

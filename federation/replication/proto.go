@@ -1,0 +1,215 @@
+package replication
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// The replication protocol runs on one connection per (partition,
+// follower), opened by the owner. Every frame is
+//
+//	len u32 (of what follows) | type u8 | body
+//
+// little endian, strings and payloads as u32 length + bytes:
+//
+//	Hello    owner → follower  epoch u64 | durability u8 | partition u32 | queue | owner id
+//	Position follower → owner  written u64 | durable u64 (both "next": one past the last record)
+//	Batch    owner → follower  first u64 | sync u8 | count u32 | count × (type u8 | payload)
+//	Refuse   follower → owner  reason
+//
+// The follower answers Hello with its Position; the owner then streams
+// Batches from that position, and the follower reports a Position after
+// each append completes and whenever its durable frontier moves. Written
+// and durable travel in separate fields; nothing durable ever carries a
+// written position.
+
+// ErrFrame is returned for a malformed frame.
+var ErrFrame = errors.New("replication: malformed frame")
+
+// MaxFrame bounds a frame's size.
+const MaxFrame = 16 << 20
+
+const (
+	typeHello    byte = 1
+	typePosition byte = 2
+	typeBatch    byte = 3
+	typeRefuse   byte = 4
+)
+
+// Frame is one protocol message.
+type Frame interface{ frameType() byte }
+
+// Hello opens the stream for one partition at the owner's epoch.
+type Hello struct {
+	Epoch      uint64
+	Durability uint8 // appliance.Durability of the queue
+	Partition  uint32
+	Queue      string
+	Owner      string
+}
+
+// Position is a follower's progress: written and durable, each one past
+// the last record it covers.
+type Position struct {
+	Written uint64
+	Durable uint64
+}
+
+// Record is one log record in a Batch.
+type Record struct {
+	Type    uint8
+	Payload []byte
+}
+
+// Batch carries consecutive records starting at offset First. Sync asks
+// the follower to append it synced whatever the queue's mode (the
+// catch-up path).
+type Batch struct {
+	First   uint64
+	Sync    bool
+	Records []Record
+}
+
+// Refuse ends the stream with a reason (a stale epoch, an unknown
+// partition).
+type Refuse struct{ Reason string }
+
+func (Hello) frameType() byte    { return typeHello }
+func (Position) frameType() byte { return typePosition }
+func (Batch) frameType() byte    { return typeBatch }
+func (Refuse) frameType() byte   { return typeRefuse }
+
+// appendFrame encodes f onto b.
+func appendFrame(b []byte, f Frame) []byte {
+	start := len(b)
+	b = append(b, 0, 0, 0, 0, f.frameType())
+	switch f := f.(type) {
+	case Hello:
+		b = binary.LittleEndian.AppendUint64(b, f.Epoch)
+		b = append(b, f.Durability)
+		b = binary.LittleEndian.AppendUint32(b, f.Partition)
+		b = appendBytes(b, []byte(f.Queue))
+		b = appendBytes(b, []byte(f.Owner))
+	case Position:
+		b = binary.LittleEndian.AppendUint64(b, f.Written)
+		b = binary.LittleEndian.AppendUint64(b, f.Durable)
+	case Batch:
+		b = binary.LittleEndian.AppendUint64(b, f.First)
+		var s byte
+		if f.Sync {
+			s = 1
+		}
+		b = append(b, s)
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(f.Records)))
+		for _, r := range f.Records {
+			b = append(b, r.Type)
+			b = appendBytes(b, r.Payload)
+		}
+	case Refuse:
+		b = appendBytes(b, []byte(f.Reason))
+	}
+	binary.LittleEndian.PutUint32(b[start:], uint32(len(b)-start-4))
+	return b
+}
+
+func appendBytes(b, p []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(p)))
+	return append(b, p...)
+}
+
+// readFrame reads one frame.
+func readFrame(r *bufio.Reader) (Frame, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.LittleEndian.Uint32(hdr[:])
+	if n < 1 || n > MaxFrame {
+		return nil, fmt.Errorf("%w: length %d", ErrFrame, n)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, fmt.Errorf("replication: read frame: %w", err)
+	}
+	return decodeFrame(body)
+}
+
+// decodeFrame decodes a frame's type and body.
+func decodeFrame(body []byte) (Frame, error) {
+	d := decoder{b: body[1:]}
+	var f Frame
+	switch body[0] {
+	case typeHello:
+		f = Hello{Epoch: d.u64(), Durability: d.u8(), Partition: d.u32(), Queue: string(d.bytes()), Owner: string(d.bytes())}
+	case typePosition:
+		f = Position{Written: d.u64(), Durable: d.u64()}
+	case typeBatch:
+		bt := Batch{First: d.u64(), Sync: d.u8() == 1}
+		n := d.u32()
+		if uint64(n) > uint64(len(d.b))/5 { // each record takes at least 5 bytes
+			return nil, fmt.Errorf("%w: %d records in %d bytes", ErrFrame, n, len(d.b))
+		}
+		bt.Records = make([]Record, 0, n)
+		for range n {
+			bt.Records = append(bt.Records, Record{Type: d.u8(), Payload: d.bytes()})
+		}
+		f = bt
+	case typeRefuse:
+		f = Refuse{Reason: string(d.bytes())}
+	default:
+		return nil, fmt.Errorf("%w: type %d", ErrFrame, body[0])
+	}
+	if d.err || len(d.b) != 0 {
+		return nil, fmt.Errorf("%w: type %d body of %d bytes", ErrFrame, body[0], len(body)-1)
+	}
+	return f, nil
+}
+
+// decoder reads fixed fields and remembers the first short read.
+type decoder struct {
+	b   []byte
+	err bool
+}
+
+func (d *decoder) take(n int) []byte {
+	if d.err || len(d.b) < n {
+		d.err = true
+		return nil
+	}
+	p := d.b[:n]
+	d.b = d.b[n:]
+	return p
+}
+
+func (d *decoder) u8() uint8 {
+	if p := d.take(1); p != nil {
+		return p[0]
+	}
+	return 0
+}
+
+func (d *decoder) u32() uint32 {
+	if p := d.take(4); p != nil {
+		return binary.LittleEndian.Uint32(p)
+	}
+	return 0
+}
+
+func (d *decoder) u64() uint64 {
+	if p := d.take(8); p != nil {
+		return binary.LittleEndian.Uint64(p)
+	}
+	return 0
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.u32()
+	if d.err || uint64(n) > uint64(len(d.b)) {
+		d.err = true
+		return nil
+	}
+	return d.take(int(n))
+}

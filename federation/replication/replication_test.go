@@ -1,0 +1,227 @@
+package replication
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/fibril-edge/fibril/internal/leakcheck"
+	"github.com/fibril-edge/fibril/wal"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// serveFollower listens on loopback and hands every connection to f.
+func serveFollower(t *testing.T, f *Follower) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go f.Serve(c)
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done; f.Close() })
+	return ln.Addr().String()
+}
+
+func dialTCP(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", addr)
+}
+
+func openLog(t *testing.T, fs vfs.FS, dir string) *wal.Log {
+	t.Helper()
+	l, err := wal.Open(dir, wal.Options{FS: fs, SegmentSize: 256 << 10, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func allRecords(t *testing.T, l *wal.Log, upTo uint64) []wal.Record {
+	t.Helper()
+	var out []wal.Record
+	for next := uint64(0); next < upTo; {
+		recs, err := l.ReadWritten(next, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 0 {
+			t.Fatalf("no records at %d (want up to %d)", next, upTo)
+		}
+		out = append(out, recs...)
+		next = recs[len(recs)-1].Offset + 1
+	}
+	return out[:upTo]
+}
+
+// Two followers receive every record at the owner's offsets; a durable
+// gate opens only once both have synced, and the copies equal the
+// owner's log record for record.
+func TestStreamToFollowers(t *testing.T) {
+	owner := openLog(t, vfs.NewMem(), "owner")
+	gate := NewGate(Durable, 3, []string{"f1", "f2"})
+	var senders Senders
+	defer senders.Close()
+	followers := map[string]*Follower{}
+	for _, id := range []string{"f1", "f2"} {
+		f := NewFollower(FollowerOptions{Dir: "replicas", FS: vfs.NewMem(), SegmentSize: 256 << 10, Logger: quiet})
+		followers[id] = f
+		senders.Add(SenderOptions{Hello: Hello{Epoch: 1, Durability: durableMode, Queue: "q", Partition: 0, Owner: "o"},
+			Follower: id, Addr: serveFollower(t, f), Dial: dialTCP, Log: owner, Gate: gate, Logger: quiet})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const n = 5000
+	for i := 0; i < n; i += 50 {
+		var batch []wal.Entry
+		for j := i; j < i+50; j++ {
+			batch = append(batch, wal.Entry{Type: 1 + byte(j%3), Payload: []byte(fmt.Sprintf("record-%d", j))})
+		}
+		res, err := owner.Append(ctx, batch, wal.AfterFsync)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		time.AfterFunc(30*time.Second, func() { close(stop) })
+		if err := gate.Wait(stop, res.Next); err != nil {
+			t.Fatalf("gate at %d: %v (%s)", res.Next, err, gate.Pending(res.Next))
+		}
+		for id, p := range gate.Positions() {
+			if p.Durable < res.Next {
+				t.Fatalf("gate opened at %d with %s durable at %d", res.Next, id, p.Durable)
+			}
+		}
+	}
+	want := allRecords(t, owner, n)
+	for id, f := range followers {
+		l, ok := f.Log("q", 0)
+		if !ok {
+			t.Fatalf("%s has no copy", id)
+		}
+		if l.DurableNext() < n {
+			t.Fatalf("%s durable at %d, want %d", id, l.DurableNext(), n)
+		}
+		got := allRecords(t, l, n)
+		for i := range want {
+			if got[i].Offset != want[i].Offset || got[i].Type != want[i].Type || !bytes.Equal(got[i].Payload, want[i].Payload) {
+				t.Fatalf("%s record %d differs: %+v vs %+v", id, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// A follower that restarts (stream cut) resumes from its own end.
+func TestResumeAfterCut(t *testing.T) {
+	owner := openLog(t, vfs.NewMem(), "owner")
+	gate := NewGate(Written, 2, []string{"f1"})
+	f := NewFollower(FollowerOptions{Dir: "r", FS: vfs.NewMem(), Logger: quiet})
+	addr := serveFollower(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := StartSender(SenderOptions{Hello: Hello{Epoch: 1, Queue: "q"}, Follower: "f1", Addr: addr, Dial: dialTCP,
+		Log: owner, Gate: gate, Retry: time.Millisecond, Logger: quiet})
+	defer s.Close()
+	stop := make(chan struct{})
+	defer close(stop)
+	for round := 0; round < 5; round++ {
+		res, err := owner.Append(ctx, []wal.Entry{{Type: 1, Payload: []byte{byte(round)}}}, wal.AfterFlush)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := gate.Wait(stop, res.Next); err != nil {
+			t.Fatal(err)
+		}
+		// Cut the stream: the sender reconnects and the copy goes on from
+		// its end without a gap or a duplicate.
+		f.mu.Lock()
+		for _, r := range f.replicas {
+			if r.stream != nil {
+				r.stream.Close()
+			}
+		}
+		f.mu.Unlock()
+	}
+	l, _ := f.Log("q", 0)
+	if got := allRecords(t, l, 5); got[4].Payload[0] != 4 || l.WrittenNext() != 5 {
+		t.Fatalf("copy after cuts: next %d, last %v", l.WrittenNext(), got[4])
+	}
+}
+
+func TestGateCounts(t *testing.T) {
+	g := NewGate(Written, 2, []string{"a", "b"})
+	if c := g.Ceiling(); c != 0 {
+		t.Fatalf("ceiling %d before any report", c)
+	}
+	g.Update("a", Position{Written: 10, Durable: 2})
+	if c := g.Ceiling(); c != 10 {
+		t.Fatalf("written ceiling %d, want 10", c)
+	}
+	g.Update("a", Position{Written: 5, Durable: 1}) // stale report
+	if c, f := g.Ceiling(), g.Floor(); c != 10 || f != 0 {
+		t.Fatalf("after a stale report: ceiling %d floor %d", c, f)
+	}
+	d := NewGate(Durable, 3, []string{"a", "b"})
+	d.Update("a", Position{Written: 10, Durable: 7})
+	d.Update("b", Position{Written: 10, Durable: 4})
+	if c, f := d.Ceiling(), d.Floor(); c != 4 || f != 4 {
+		t.Fatalf("durable ceiling %d floor %d, want 4 and 4 (written never counts)", c, f)
+	}
+	stop := make(chan struct{})
+	close(stop)
+	if err := d.Wait(stop, 5); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Wait past the ceiling: %v", err)
+	}
+	if s := d.Pending(5); s != "durable on 2 of 3 copies, the policy needs 3" {
+		t.Fatalf("Pending = %q", s)
+	}
+	if c := NewGate(Durable, 1, nil).Ceiling(); c != ^uint64(0) {
+		t.Fatalf("owner-only ceiling %d", c)
+	}
+	if c := NewGate(Durable, 3, []string{"a"}).Ceiling(); c != 0 {
+		t.Fatalf("too few followers: ceiling %d", c)
+	}
+}
+
+func FuzzDecodeFrame(f *testing.F) {
+	for _, fr := range []Frame{Hello{Epoch: 3, Durability: 1, Partition: 2, Queue: "q", Owner: "n1"},
+		Position{Written: 9, Durable: 4}, Batch{First: 7, Sync: true, Records: []Record{{1, []byte("x")}, {2, nil}}},
+		Refuse{Reason: "no"}} {
+		f.Add(appendFrame(nil, fr))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fr, err := readFrame(bufio.NewReader(bytes.NewReader(b)))
+		if err != nil {
+			return
+		}
+		again := appendFrame(nil, fr)
+		fr2, err := readFrame(bufio.NewReader(bytes.NewReader(again)))
+		if err != nil {
+			t.Fatalf("re-encoded %T does not decode: %v", fr, err)
+		}
+		if fmt.Sprint(fr) != fmt.Sprint(fr2) {
+			t.Fatalf("round trip changed the frame: %v → %v", fr, fr2)
+		}
+	})
+}
