@@ -44,6 +44,9 @@ type Options struct {
 	// Observer, if set, sees publishes, deliveries and log syncs as they
 	// happen (see Observer). Default nil: nothing is observed.
 	Observer Observer
+	// Replication, when set, gates every partition's applies on its copies
+	// (a cluster node). Default nil: a solo broker.
+	Replication Replication
 }
 
 func (o Options) withDefaults() Options {

@@ -92,10 +92,14 @@ func (b *Broker) checkpointPartition(p *partition) error {
 		p.dirty.Store(true)
 		return err
 	}
+	b.log.Debug("checkpoint stored", "queue", p.q.cfg().Name, "partition", p.idx, "boundary", snap.Boundary)
 	// 4. Retention.
 	head := snap.Boundary
 	if len(snap.Messages) > 0 {
 		head = min(head, snap.Messages[0].offset)
+	}
+	if p.gate != nil { // keep what the slowest follower has not synced
+		head = min(head, p.gate.Floor())
 	}
 	if err := p.log.AdvanceHead(head); err != nil {
 		return fmt.Errorf("checkpoint %s/%d: retention: %w", p.q.cfg().Name, p.idx, err)

@@ -3,6 +3,7 @@ package appliance
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -21,8 +22,9 @@ import (
 type partition struct {
 	q   *queue
 	idx int
-	log *wal.Log
-	dur wal.Durability
+	log  *wal.Log
+	dur  wal.Durability
+	gate ReplicaGate // nil: solo
 
 	submitMu sync.Mutex // serialises hand-off to the log so the applier sees offset order
 	applyCh  chan pendingAppend
@@ -74,9 +76,9 @@ type dedupeRecord struct {
 	At     time.Time
 }
 
-func openPartition(q *queue, idx int, log *wal.Log, st *partitionState) *partition {
+func openPartition(q *queue, idx int, log *wal.Log, st *partitionState, gate ReplicaGate) *partition {
 	p := &partition{
-		q: q, idx: idx, log: log, st: st,
+		q: q, idx: idx, log: log, st: st, gate: gate,
 		dur:     wal.AfterFsync,
 		applyCh: make(chan pendingAppend, 1024),
 		leases:  make(map[uint64]*lease),
@@ -135,9 +137,18 @@ func (p *partition) runApplier() {
 	for pa := range p.applyCh {
 		<-pa.c.Done()
 		res, err := pa.c.Result()
-		if err == nil {
+		switch {
+		case err == nil && p.gate != nil:
+			if err = p.gate.Wait(p.closing, res.Next); err != nil {
+				err = fmt.Errorf("%w: queue %s partition %d: not enough copies: %w", ErrUnavailable, p.q.cfg().Name, p.idx, err)
+				break
+			}
 			err = p.apply(res.First, pa.entries)
-		} else {
+		case err == nil:
+			err = p.apply(res.First, pa.entries)
+		case errors.Is(err, wal.ErrNoSpace): // nothing written, the log stays healthy
+			err = fmt.Errorf("%w: queue %s partition %d: %w", ErrDiskFull, p.q.cfg().Name, p.idx, err)
+		default:
 			err = fmt.Errorf("%w: queue %s partition %d: %w", ErrUnavailable, p.q.cfg().Name, p.idx, err)
 		}
 		if pa.done != nil {
@@ -471,6 +482,9 @@ func (p *partition) close() {
 	close(p.applyCh)
 	p.submitMu.Unlock()
 	p.wg.Wait()
+	if p.gate != nil {
+		p.gate.Detach()
+	}
 }
 
 // sync makes everything appended so far durable.

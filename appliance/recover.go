@@ -60,7 +60,11 @@ func (b *Broker) openPartition(q *queue, idx int) (*partition, error) {
 		return nil, err
 	}
 	q.restoreDedupe(rp.dedupe, idx)
-	p := openPartition(q, idx, log, rp.st)
+	var gate ReplicaGate
+	if r := b.opts.Replication; r != nil {
+		gate = r.Attach(q.cfg().Name, idx, *q.cfg(), log)
+	}
+	p := openPartition(q, idx, log, rp.st, gate)
 	p.dedupe = rp.dedupe
 	p.quarantined = rp.quarantined
 	if len(rp.over) > 0 {

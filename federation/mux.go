@@ -16,6 +16,7 @@ import (
 const (
 	protoRaft    byte = 'R' // hashicorp/raft's network transport
 	protoControl byte = 'C' // one control request (forwarded command, join)
+	protoReplica byte = 'P' // one replication stream, owner to follower
 )
 
 // handshakeTimeout bounds the TLS handshake and the protocol byte.
@@ -30,14 +31,15 @@ type mux struct {
 	dialTLS *tls.Config // client side; nil: plain TCP
 	raftc   chan net.Conn
 	control func(net.Conn)
+	replica func(net.Conn) // nil: streams refused
 	done    chan struct{}
 	once    sync.Once
 	wg      sync.WaitGroup
 }
 
-func newMux(ln net.Listener, advertise net.Addr, serverTLS, clientTLS *tls.Config, control func(net.Conn)) *mux {
+func newMux(ln net.Listener, advertise net.Addr, serverTLS, clientTLS *tls.Config, control, replica func(net.Conn)) *mux {
 	m := &mux{ln: ln, addr: advertise, tls: serverTLS, dialTLS: clientTLS, raftc: make(chan net.Conn),
-		control: control, done: make(chan struct{})}
+		control: control, replica: replica, done: make(chan struct{})}
 	m.wg.Add(1)
 	go m.serve()
 	return m
@@ -79,6 +81,12 @@ func (m *mux) route(c net.Conn) {
 		}
 	case protoControl:
 		m.control(c)
+	case protoReplica:
+		if m.replica == nil {
+			c.Close()
+			return
+		}
+		m.replica(c)
 	default:
 		c.Close()
 	}

@@ -67,6 +67,9 @@ type Options struct {
 	ElectionTimeout time.Duration
 	// Logger receives the node's log; default slog.Default().
 	Logger *slog.Logger
+	// Replica, when set, serves replication streams arriving on the
+	// cluster port (each call owns its connection until the stream ends).
+	Replica func(net.Conn)
 }
 
 // Node is one member of the cluster's control plane.
@@ -127,7 +130,7 @@ func Open(o Options) (*Node, error) {
 			return nil, fmt.Errorf("federation: advertise address %q: %w", o.Advertise, err)
 		}
 	}
-	n.mux = newMux(ln, adv, o.ServerTLS, o.ClientTLS, n.serveControl)
+	n.mux = newMux(ln, adv, o.ServerTLS, o.ClientTLS, n.serveControl, o.Replica)
 	if err := n.startRaft(); err != nil {
 		n.mux.close()
 		store.Close()
@@ -179,6 +182,11 @@ func (n *Node) startRaft() error {
 func (n *Node) Member() control.Member {
 	return control.Member{ID: n.opts.ID, ClusterAddr: string(n.trans.LocalAddr()),
 		ClientAddr: n.opts.ClientAddr, Voter: !n.opts.NonVoter}
+}
+
+// DialReplica opens a replication stream to a peer's cluster port.
+func (n *Node) DialReplica(ctx context.Context, addr string) (net.Conn, error) {
+	return n.mux.dial(addr, protoReplica, time.Until(deadline(ctx)))
 }
 
 // ClusterAddr is the address peers dial.

@@ -258,7 +258,32 @@ func (n *Node) Declare(ctx context.Context, c appliance.QueueConfig, policy stri
 		cmd.Warnings = []string{warning}
 	}
 	r := n.propose(ctx, cmd)
-	return r.Queue, r.Created, r.Err
+	if r.Err != nil {
+		return r.Queue, r.Created, r.Err
+	}
+	// Read your writes: return once this node's own view has the queue.
+	err = n.waitFor(ctx, func(s *control.State) bool {
+		_, ok := s.Assignments[c.Name]
+		return ok
+	})
+	return r.Queue, r.Created, err
+}
+
+// waitFor waits until this node's view of the state satisfies cond.
+func (n *Node) waitFor(ctx context.Context, cond func(*control.State) bool) error {
+	for {
+		changed := n.Changed()
+		if cond(n.fsm.State()) {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("federation: waiting for this node to apply the change: %w", ctx.Err())
+		case <-n.stop:
+			return ErrClosed
+		}
+	}
 }
 
 // DeleteQueue removes a queue's declaration and assignments.

@@ -224,10 +224,11 @@ func (s *State) deleteQueue(name string) error {
 	return nil
 }
 
-// place spreads a new queue's partitions: each partition's owner is the
-// member owning the fewest partitions, its followers those hosting the
-// fewest replicas; ties go by member id, so every node computes the same
-// placement from the same state.
+// place spreads a new queue: its owner is the member owning the fewest
+// partitions (every partition of a queue has the same owner in part 1, so
+// a node serves a queue whole), each partition's followers are those
+// hosting the fewest replicas; ties go by member id, so every node
+// computes the same placement from the same state.
 func (s *State) place(queue string, partitions, replicas int, p Policy) []Assignment {
 	owned, hosted := map[string]int{}, map[string]int{}
 	for _, as := range s.Assignments {
@@ -244,25 +245,19 @@ func (s *State) place(queue string, partitions, replicas int, p Policy) []Assign
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
+	sort.SliceStable(ids, func(i, j int) bool { return owned[ids[i]] < owned[ids[j]] })
+	owner := ids[0]
+	others := ids[1:]
 	out := make([]Assignment, partitions)
 	for part := range out {
-		sort.SliceStable(ids, func(i, j int) bool {
-			if owned[ids[i]] != owned[ids[j]] {
-				return owned[ids[i]] < owned[ids[j]]
-			}
-			return hosted[ids[i]] < hosted[ids[j]]
-		})
-		owner := ids[0]
-		rest := slices.Clone(ids[1:])
-		sort.SliceStable(rest, func(i, j int) bool { return hosted[rest[i]] < hosted[rest[j]] })
-		followers := rest[:replicas-1]
-		owned[owner]++
+		sort.Strings(others)
+		sort.SliceStable(others, func(i, j int) bool { return hosted[others[i]] < hosted[others[j]] })
+		followers := slices.Clone(others[:replicas-1])
 		hosted[owner]++
 		for _, f := range followers {
 			hosted[f]++
 		}
-		out[part] = Assignment{Queue: queue, Partition: part, Owner: owner, Followers: slices.Clone(followers), Epoch: 1, Policy: p}
-		sort.Strings(ids)
+		out[part] = Assignment{Queue: queue, Partition: part, Owner: owner, Followers: followers, Epoch: 1, Policy: p}
 	}
 	return out
 }

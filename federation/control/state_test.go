@@ -3,6 +3,7 @@ package control
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 
@@ -95,38 +96,50 @@ func TestDeclareRules(t *testing.T) {
 	}
 }
 
-// Placement spreads owners evenly, never puts two copies of a partition
-// on one member, and is the same on every node.
+// Placement spreads owners evenly over queues (a queue's partitions share
+// an owner), never puts two copies of a partition on one member, and is
+// the same on every node.
 func TestPlacementSpreads(t *testing.T) {
 	s := threeMembers(t)
-	if _, _, err := s.declare(appliance.QueueConfig{Name: "q", Partitions: 6}, Policy{}, nil); err != nil {
-		t.Fatal(err)
+	for i := range 6 {
+		if _, _, err := s.declare(appliance.QueueConfig{Name: fmt.Sprint("q", i), Partitions: 1 + i%2}, Policy{}, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 	owners := map[string]int{}
-	for _, a := range s.Assignments["q"] {
-		owners[a.Owner]++
-		seen := map[string]bool{a.Owner: true}
-		for _, f := range a.Followers {
-			if seen[f] {
-				t.Fatalf("partition %d has two copies on %s: %+v", a.Partition, f, a)
+	for name, as := range s.Assignments {
+		for _, a := range as {
+			if a.Owner != as[0].Owner {
+				t.Fatalf("%s has two owners: %+v", name, as)
 			}
-			seen[f] = true
+			seen := map[string]bool{a.Owner: true}
+			for _, f := range a.Followers {
+				if seen[f] {
+					t.Fatalf("%s/%d has two copies on %s: %+v", name, a.Partition, f, a)
+				}
+				seen[f] = true
+			}
+			if a.Replicas() != 3 || a.Epoch != 1 {
+				t.Fatalf("assignment %+v", a)
+			}
 		}
-		if a.Replicas() != 3 || a.Epoch != 1 {
-			t.Fatalf("assignment %+v", a)
-		}
+		owners[as[0].Owner]++
 	}
 	for id, n := range owners {
 		if n != 2 {
-			t.Fatalf("owner counts %v (%s owns %d), want 2 each", owners, id, n)
+			t.Fatalf("queues owned %v (%s owns %d), want 2 each", owners, id, n)
 		}
 	}
 	again := threeMembers(t)
-	again.declare(appliance.QueueConfig{Name: "q", Partitions: 6}, Policy{}, nil)
-	for i, a := range again.Assignments["q"] {
-		b := s.Assignments["q"][i]
-		if a.Owner != b.Owner || a.Followers[0] != b.Followers[0] || a.Followers[1] != b.Followers[1] {
-			t.Fatalf("placement differs between runs at partition %d: %+v vs %+v", i, a, b)
+	for i := range 6 {
+		again.declare(appliance.QueueConfig{Name: fmt.Sprint("q", i), Partitions: 1 + i%2}, Policy{}, nil)
+	}
+	for name, as := range again.Assignments {
+		for i, a := range as {
+			b := s.Assignments[name][i]
+			if a.Owner != b.Owner || fmt.Sprint(a.Followers) != fmt.Sprint(b.Followers) {
+				t.Fatalf("placement differs between runs at %s/%d: %+v vs %+v", name, i, a, b)
+			}
 		}
 	}
 }

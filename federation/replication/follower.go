@@ -152,15 +152,17 @@ func (f *Follower) Serve(c net.Conn) {
 		return
 	}
 	log := r.log
-	if err := w.send(Position{Written: log.WrittenNext(), Durable: log.DurableNext()}); err != nil {
+	hello := Position{Written: log.WrittenNext(), Durable: log.DurableNext()}
+	if err := w.send(hello); err != nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	completions := make(chan *wal.Completion, 256)
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); f.report(c, w, log, completions) }()
-	go func() { defer wg.Done(); f.watchDurable(ctx, w, log) }()
+	wg.Add(3)
+	go func() { defer wg.Done(); f.checkAppends(c, w, completions) }()
+	go func() { defer wg.Done(); f.watch(ctx, w, log, hello, false) }()
+	go func() { defer wg.Done(); f.watch(ctx, w, log, hello, true) }()
 	// On return: no more appends, stop the watcher, wait for both.
 	defer wg.Wait()
 	defer cancel()
@@ -201,9 +203,9 @@ func (f *Follower) Serve(c net.Conn) {
 	}
 }
 
-// report waits for appends in order and sends the position after each
-// (coalescing those already complete). A failed append ends the stream.
-func (f *Follower) report(c net.Conn, w *frameWriter, log *wal.Log, completions <-chan *wal.Completion) {
+// checkAppends waits for the appends in order; a failed one ends the
+// stream (the copy's log has latched).
+func (f *Follower) checkAppends(c net.Conn, w *frameWriter, completions <-chan *wal.Completion) {
 	for comp := range completions {
 		<-comp.Done()
 		if _, err := comp.Result(); err != nil {
@@ -214,26 +216,38 @@ func (f *Follower) report(c net.Conn, w *frameWriter, log *wal.Log, completions 
 			}
 			return
 		}
-		if len(completions) > 0 {
-			continue
-		}
-		if err := w.send(Position{Written: log.WrittenNext(), Durable: log.DurableNext()}); err != nil {
-			c.Close()
-		}
 	}
 }
 
-// watchDurable reports the durable frontier whenever a background sync
-// moves it.
-func (f *Follower) watchDurable(ctx context.Context, w *frameWriter, log *wal.Log) {
+// watch reports the copy's position whenever one frontier moves (the
+// durable one when durable is set, else the written one): written as soon
+// as records reach the operating system, durable when a sync completes,
+// each in its own field, whatever the queue's mode.
+func (f *Follower) watch(ctx context.Context, w *frameWriter, log *wal.Log, sent Position, durable bool) {
+	pick := func(p Position) uint64 {
+		if durable {
+			return p.Durable
+		}
+		return p.Written
+	}
+	last := pick(sent)
 	for {
-		d := log.DurableNext()
-		if _, err := log.WaitDurable(ctx, d+1); err != nil {
+		var err error
+		if durable {
+			_, err = log.WaitDurable(ctx, last+1)
+		} else {
+			_, err = log.WaitWritten(ctx, last+1)
+		}
+		if err != nil {
 			return
 		}
-		if err := w.send(Position{Written: log.WrittenNext(), Durable: log.DurableNext()}); err != nil {
+		p := Position{Written: log.WrittenNext(), Durable: log.DurableNext()}
+		if err := w.send(p); err != nil {
 			return
 		}
+		// Wait past what was sent, not past a fresh read: a move between
+		// the two would otherwise go unreported.
+		last = pick(p)
 	}
 }
 

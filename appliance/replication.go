@@ -1,0 +1,25 @@
+package appliance
+
+import "github.com/fibril-edge/fibril/wal"
+
+// Replication lets a cluster node take part in its partitions' appends: a
+// partition's records are applied (confirmed, made deliverable) only once
+// its gate says enough copies hold them. A solo broker has none.
+type Replication interface {
+	// Attach is called when a partition's log is open and recovered, before
+	// it takes appends. It returns the partition's gate, or nil when the
+	// partition needs none.
+	Attach(queue string, partition int, cfg QueueConfig, log *wal.Log) ReplicaGate
+}
+
+// ReplicaGate holds one partition's applies until enough copies exist.
+type ReplicaGate interface {
+	// Wait returns once enough copies hold every record before next, or
+	// with an error once stop closes.
+	Wait(stop <-chan struct{}, next uint64) error
+	// Floor is the lowest offset a follower may still need: retention
+	// never removes it.
+	Floor() uint64
+	// Detach stops replicating the partition (its queue closed).
+	Detach()
+}
