@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/appliance/client"
 	"github.com/fibril-edge/fibril/federation/control"
 	"github.com/fibril-edge/fibril/federation/replication"
 	"github.com/fibril-edge/fibril/wal"
@@ -28,6 +30,9 @@ type ClusterOptions struct {
 	ReplicaFS vfs.FS
 	// ReplicaSegmentSize of the copies' logs; default the log's default.
 	ReplicaSegmentSize int64
+	// Forward are the client options this node uses to reach other
+	// nodes' client listeners when it forwards a publish (token, TLS).
+	Forward client.Options
 }
 
 // Cluster ties a node's control plane, its local broker and replication
@@ -39,10 +44,16 @@ type Cluster struct {
 	follower *replication.Follower
 	log      *slog.Logger
 
-	mu       sync.Mutex // guards the fields below
-	owned    map[string]*ownedPartition
-	broker   *appliance.Broker
-	declared map[string]bool
+	mu     sync.Mutex // guards owned and broker
+	owned  map[string]*ownedPartition
+	broker *appliance.Broker
+
+	serveMu  sync.Mutex      // one local declare at a time; guards declared
+	declared map[string]bool // queues the local broker serves
+
+	forwardOpts client.Options
+	fwdMu       sync.Mutex // guards forward
+	forward     map[string]*client.Client
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -60,7 +71,7 @@ func OpenCluster(o ClusterOptions) (*Cluster, error) {
 		logger = slog.Default()
 	}
 	c := &Cluster{log: logger.With("node", o.Node.ID), owned: map[string]*ownedPartition{},
-		declared: map[string]bool{}, stop: make(chan struct{})}
+		declared: map[string]bool{}, stop: make(chan struct{}), forwardOpts: o.Forward, forward: map[string]*client.Client{}}
 	c.follower = replication.NewFollower(replication.FollowerOptions{Dir: o.ReplicaDir, FS: o.ReplicaFS,
 		SegmentSize: o.ReplicaSegmentSize, Logger: c.log})
 	o.Node.Replica = c.follower.Serve
@@ -96,28 +107,10 @@ func (c *Cluster) syncQueues() {
 	for {
 		changed := c.node.Changed()
 		st := c.node.State()
-		for name, q := range st.Queues {
-			as := st.Assignments[name]
-			if len(as) == 0 || as[0].Owner != c.node.opts.ID {
-				continue
-			}
-			c.mu.Lock()
-			done, b := c.declared[name], c.broker
-			c.mu.Unlock()
-			if done {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			_, err := b.Declare(ctx, q.Config)
-			cancel()
-			if err != nil {
+		for name := range st.Queues {
+			if err := c.serve(st, name); err != nil {
 				c.log.Error("cannot open a queue placed on this node", "queue", name, "err", err)
-				continue
 			}
-			c.mu.Lock()
-			c.declared[name] = true
-			c.mu.Unlock()
-			c.log.Info("serving queue", "queue", name, "policy", q.Policy.String())
 		}
 		select {
 		case <-changed:
@@ -127,11 +120,52 @@ func (c *Cluster) syncQueues() {
 	}
 }
 
-// Declare declares a queue cluster-wide and waits until its owner serves
-// it when the owner is this node.
-func (c *Cluster) Declare(ctx context.Context, cfg appliance.QueueConfig, policy string) (control.Queue, error) {
-	q, _, err := c.node.Declare(ctx, cfg, policy)
-	return q, err
+// serve declares queue in the local broker when st places it on this
+// node and it is not served yet. serveMu makes the sync loop and a
+// declaring client take turns.
+func (c *Cluster) serve(st *control.State, name string) error {
+	q, ok := st.Queues[name]
+	as := st.Assignments[name]
+	if !ok || len(as) == 0 || as[0].Owner != c.node.opts.ID {
+		return nil
+	}
+	c.serveMu.Lock()
+	defer c.serveMu.Unlock()
+	c.mu.Lock()
+	b := c.broker
+	c.mu.Unlock()
+	if c.declared[name] || b == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := b.Declare(ctx, q.Config); err != nil {
+		return err
+	}
+	c.declared[name] = true
+	c.log.Info("serving queue", "queue", name, "policy", q.Policy.String())
+	return nil
+}
+
+// DeclarePolicy declares a queue cluster-wide under policy ("" = the
+// default for its mode). When this node owns it, the local broker serves
+// it on return.
+func (c *Cluster) DeclarePolicy(ctx context.Context, cfg appliance.QueueConfig, policy string) (control.Queue, bool, error) {
+	q, created, err := c.node.Declare(ctx, cfg, policy)
+	if err != nil {
+		return q, created, err
+	}
+	return q, created, c.serve(c.node.State(), cfg.Name)
+}
+
+// Declare is DeclarePolicy with the mode's default policy, answered as
+// the broker answers a declare (the server's Cluster).
+func (c *Cluster) Declare(ctx context.Context, cfg appliance.QueueConfig) (appliance.DeclareResult, error) {
+	q, created, err := c.DeclarePolicy(ctx, cfg, "")
+	if err != nil {
+		return appliance.DeclareResult{}, err
+	}
+	return appliance.DeclareResult{Config: q.Config, Created: created, Warning: strings.Join(q.Warnings, " ")}, nil
 }
 
 func ownedKey(queue string, partition int) string { return queue + "/" + strconv.Itoa(partition) }
@@ -194,8 +228,12 @@ func (c *Cluster) OwnerLog(queue string, partition int) (*wal.Log, bool) {
 // Close stops the streams, the node and the store of copies. Close the
 // bound broker first.
 func (c *Cluster) Close() error {
+	c.fwdMu.Lock()
 	close(c.stop)
+	c.fwdMu.Unlock()
+	c.closeForwarding() // ends forwarded publishes in flight
 	c.wg.Wait()
+	c.closeForwarding()
 	c.mu.Lock()
 	owned := c.owned
 	c.owned = map[string]*ownedPartition{}

@@ -126,7 +126,7 @@ func declareOn(t *testing.T, nodes map[string]*clusterNode, via string, cfg appl
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := nodes[via].cluster.Declare(ctx, cfg, policy); err != nil {
+	if _, _, err := nodes[via].cluster.DeclarePolicy(ctx, cfg, policy); err != nil {
 		t.Fatalf("declare %s: %v", cfg.Name, err)
 	}
 	owner := nodes[nodes[via].cluster.Node().State().Assignments[cfg.Name][0].Owner]

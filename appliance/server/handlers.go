@@ -72,7 +72,11 @@ func (c *conn) declare(f *wire.Declare) wire.Frame {
 	if f.MaxBytes > math.MaxInt64 || f.MaxMessages > math.MaxInt64 {
 		return &wire.Error{Corr: f.Corr, Code: wire.CodeBadRequest, Message: "MaxBytes and MaxMessages must be below 2^63"}
 	}
-	res, err := c.s.b.Declare(context.Background(), appliance.QueueConfig{
+	declare := c.s.b.Declare
+	if cl := c.s.opts.Cluster; cl != nil {
+		declare = cl.Declare
+	}
+	res, err := declare(context.Background(), appliance.QueueConfig{
 		Name:          f.Queue,
 		Durability:    appliance.Durability(f.Durability),
 		Partitions:    int(f.Partitions),
@@ -116,7 +120,15 @@ func (c *conn) publish(f *wire.Publish) bool {
 	}
 	corr := f.Corr
 	m := appliance.Message{ID: f.MessageID, Key: f.Key, Headers: toHeaders(f.Headers), Body: f.Body}
-	c.s.b.PublishAsync(f.Queue, m, func(cf appliance.Confirm, err error) {
+	publish := c.s.b.PublishAsync
+	if cl := c.s.opts.Cluster; cl != nil {
+		publish = func(queue string, m appliance.Message, done func(appliance.Confirm, error)) {
+			if !cl.Forward(queue, m, done) {
+				c.s.b.PublishAsync(queue, m, done)
+			}
+		}
+	}
+	publish(f.Queue, m, func(cf appliance.Confirm, err error) {
 		defer c.end()
 		defer c.recoverPanic("publish callback")
 		if err != nil {
@@ -139,6 +151,12 @@ func (c *conn) subscribe(f *wire.Subscribe) wire.Frame {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub, err := c.s.b.Subscribe(f.Queue, appliance.SubscribeOptions{Prefetch: int(f.Prefetch), Deliver: s.deliver})
+	if errors.Is(err, appliance.ErrNotFound) && c.s.opts.Cluster != nil {
+		if id, addr, ok := c.s.opts.Cluster.Owner(f.Queue); ok {
+			return &wire.Error{Corr: f.Corr, Code: wire.CodeNotFound,
+				Message: fmt.Sprintf("queue %s is served by node %s at %s: consume there", f.Queue, id, addr)}
+		}
+	}
 	if err != nil {
 		return c.errorFrame(f.Corr, err)
 	}

@@ -54,6 +54,9 @@ type Options struct {
 	WriteTimeout time.Duration
 	// Logger receives the server's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Cluster routes what a cluster node does not serve itself. Default
+	// nil: a solo server.
+	Cluster Cluster
 	// ServerName is sent in HelloOK. Default the host name, or "fibril".
 	ServerName string
 }

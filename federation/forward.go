@@ -1,0 +1,132 @@
+package federation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/appliance/client"
+	"github.com/fibril-edge/fibril/federation/control"
+)
+
+// forwardTimeout bounds a forwarded publish, dial included.
+const forwardTimeout = time.Minute
+
+// lookupWait is how long a request for a queue this node has not heard of
+// waits for the declaration to reach it.
+const lookupWait = 2 * time.Second
+
+// Owner names the node serving a queue that this node does not serve:
+// its id and client address.
+//
+// A queue declared a moment ago through another node may not have reached
+// this node's view yet: an unknown queue waits up to lookupWait for it.
+func (c *Cluster) Owner(queue string) (id, addr string, ok bool) {
+	st := c.node.State()
+	if _, known := st.Assignments[queue]; !known {
+		ctx, cancel := context.WithTimeout(context.Background(), lookupWait)
+		defer cancel()
+		if c.node.waitFor(ctx, func(s *control.State) bool { _, ok := s.Assignments[queue]; return ok }) != nil {
+			return "", "", false
+		}
+		st = c.node.State()
+	}
+	as := st.Assignments[queue]
+	if len(as) == 0 || as[0].Owner == c.node.opts.ID {
+		return "", "", false
+	}
+	return as[0].Owner, st.Members[as[0].Owner].ClientAddr, true
+}
+
+// Forward publishes m to the node serving queue, over a client connection
+// kept per owner, and reports whether it did (false: this node serves the
+// queue, or no node does). done gets the owner's confirm, or its error
+// mapped back to the broker's sentinels.
+func (c *Cluster) Forward(queue string, m appliance.Message, done func(appliance.Confirm, error)) bool {
+	id, addr, ok := c.Owner(queue)
+	if !ok {
+		return false
+	}
+	c.fwdMu.Lock() // Close closes stop under it: no Add after its Wait
+	select {
+	case <-c.stop:
+		c.fwdMu.Unlock()
+		done(appliance.Confirm{}, fmt.Errorf("%w: node closing", appliance.ErrUnavailable))
+		return true
+	default:
+	}
+	c.wg.Add(1)
+	c.fwdMu.Unlock()
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
+		defer cancel()
+		cl, err := c.forwardClient(ctx, addr)
+		if err != nil {
+			done(appliance.Confirm{}, fmt.Errorf("%w: forward to node %s at %s: %w", appliance.ErrUnavailable, id, addr, err))
+			return
+		}
+		headers := make([]client.Header, len(m.Headers))
+		for i, h := range m.Headers {
+			headers[i] = client.Header{Key: h.Key, Value: h.Value}
+		}
+		cf, err := cl.Publish(ctx, queue, client.Message{ID: m.ID, Key: m.Key, Headers: headers, Body: m.Body})
+		if err != nil {
+			done(appliance.Confirm{}, fmt.Errorf("forwarded to node %s: %w", id, brokerError(err)))
+			return
+		}
+		done(appliance.Confirm{Partition: cf.Partition, Offset: cf.Offset, Duplicate: cf.Duplicate}, nil)
+	}()
+	return true
+}
+
+// forwardClient returns the connection to the client listener at addr,
+// dialling it the first time.
+func (c *Cluster) forwardClient(ctx context.Context, addr string) (*client.Client, error) {
+	c.fwdMu.Lock()
+	defer c.fwdMu.Unlock()
+	if cl, ok := c.forward[addr]; ok {
+		return cl, nil
+	}
+	select {
+	case <-c.stop:
+		return nil, ErrClosed
+	default:
+	}
+	cl, err := client.Dial(ctx, addr, c.forwardOpts)
+	if err != nil {
+		return nil, err
+	}
+	c.forward[addr] = cl
+	return cl, nil
+}
+
+// brokerError maps a client error from the owner to the broker sentinel
+// the local server answers with.
+func brokerError(err error) error {
+	for _, m := range []struct{ from, to error }{
+		{client.ErrNotFound, appliance.ErrNotFound},
+		{client.ErrQueueFull, appliance.ErrQueueFull},
+		{client.ErrDiskFull, appliance.ErrDiskFull},
+		{client.ErrTooLarge, appliance.ErrTooLarge},
+		{client.ErrBadRequest, appliance.ErrInvalid},
+		{client.ErrConflict, appliance.ErrConflict},
+	} {
+		if errors.Is(err, m.from) {
+			return fmt.Errorf("%w: %w", m.to, err)
+		}
+	}
+	return fmt.Errorf("%w: %w", appliance.ErrUnavailable, err)
+}
+
+// closeForwarding closes the connections to other nodes.
+func (c *Cluster) closeForwarding() {
+	c.fwdMu.Lock()
+	defer c.fwdMu.Unlock()
+	for addr, cl := range c.forward {
+		cl.Close()
+		delete(c.forward, addr)
+	}
+}
