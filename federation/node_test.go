@@ -14,12 +14,14 @@ import (
 	"github.com/fibril-edge/fibril/federation/control"
 	"github.com/fibril-edge/fibril/internal/await"
 	"github.com/fibril-edge/fibril/internal/leakcheck"
+	"github.com/fibril-edge/fibril/internal/testcert"
 )
 
 const testElection = 200 * time.Millisecond
 
 type cluster struct {
 	t     *testing.T
+	tweak func(*Options)
 	ids   []string
 	addrs map[string]string
 	dirs  map[string]string
@@ -28,9 +30,9 @@ type cluster struct {
 
 // startCluster opens n voters on loopback, all bootstrapping with the
 // same peer list, and waits until every node sees every member.
-func startCluster(t *testing.T, n int) *cluster {
+func startCluster(t *testing.T, n int, tweak ...func(*Options)) *cluster {
 	t.Helper()
-	c := &cluster{t: t, addrs: map[string]string{}, dirs: map[string]string{}, nodes: map[string]*Node{}}
+	c := &cluster{t: t, tweak: func(*Options) {}, addrs: map[string]string{}, dirs: map[string]string{}, nodes: map[string]*Node{}}
 	lns := map[string]net.Listener{}
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("n%d", i)
@@ -42,6 +44,9 @@ func startCluster(t *testing.T, n int) *cluster {
 		c.addrs[id] = ln.Addr().String()
 		c.dirs[id] = t.TempDir()
 		lns[id] = ln
+	}
+	if len(tweak) > 0 {
+		c.tweak = tweak[0]
 	}
 	for _, id := range c.ids {
 		c.open(id, lns[id])
@@ -66,6 +71,7 @@ func (c *cluster) open(id string, ln net.Listener) {
 	o := Options{ID: id, Dir: c.dirs[id], Listen: c.addrs[id], Listener: ln, ClientAddr: "127.0.0.1:1" + id[1:],
 		Peers: peers, Bootstrap: true, ElectionTimeout: testElection,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	c.tweak(&o)
 	nd, err := Open(o)
 	if err != nil {
 		c.t.Fatalf("open %s: %v", id, err)
@@ -208,3 +214,37 @@ func TestNonVoterJoins(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { leakcheck.Main(m) }
+
+// With mutual TLS on the cluster port, the cluster forms and forwards as
+// before, and a node without the cluster's certificate cannot join.
+func TestClusterPortTLS(t *testing.T) {
+	cert, pool := testcert.SelfSigned(t)
+	srv, cli := MutualTLS(cert, pool)
+	c := startCluster(t, 3, func(o *Options) { o.ServerTLS, o.ClientTLS = srv, cli })
+	lead := c.leader()
+	for _, id := range c.ids {
+		if id != lead {
+			if _, _, err := c.nodes[id].Declare(ctxT(t), appliance.QueueConfig{Name: "over-tls"}, ""); err != nil {
+				t.Fatalf("declare through %s over TLS: %v", id, err)
+			}
+			break
+		}
+	}
+	other, _ := testcert.SelfSigned(t) // a certificate the cluster did not sign
+	_, badCli := MutualTLS(other, pool)
+	intruder, err := Open(Options{ID: "intruder", Dir: t.TempDir(), Listen: "127.0.0.1:0", ServerTLS: srv, ClientTLS: badCli,
+		Peers: []Peer{{ID: "n1", Addr: c.addrs["n1"]}}, ElectionTimeout: testElection,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer intruder.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := intruder.JoinVia(ctx, c.addrs["n1"]); err == nil {
+		t.Fatal("a node with a certificate the cluster CA did not sign joined")
+	}
+	if _, ok := c.nodes[lead].State().Members["intruder"]; ok {
+		t.Fatal("intruder in the member list")
+	}
+}
