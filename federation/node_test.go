@@ -248,3 +248,32 @@ func TestClusterPortTLS(t *testing.T) {
 		t.Fatal("intruder in the member list")
 	}
 }
+
+// A node started with no peers and no bootstrap joins when asked to, as
+// `fibril cluster join` asks it, and becomes a voter.
+func TestJoinViaPeer(t *testing.T) {
+	c := startCluster(t, 3)
+	n4, err := Open(Options{ID: "n4", Dir: t.TempDir(), Listen: "127.0.0.1:0", ElectionTimeout: testElection,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n4.Close()
+	if err := n4.JoinVia(ctxT(t), c.addrs["n3"]); err != nil {
+		t.Fatal(err)
+	}
+	await.Within(t, 30*time.Second, "n4 to learn the member list", func() bool {
+		return len(n4.State().Members) == 4
+	})
+	f := c.nodes[c.leader()].raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		t.Fatal(err)
+	}
+	var voter bool
+	for _, s := range f.Configuration().Servers {
+		voter = voter || (s.ID == "n4" && s.Suffrage.String() == "Voter")
+	}
+	if !voter {
+		t.Fatalf("n4 not a voter: %+v", f.Configuration().Servers)
+	}
+}

@@ -36,6 +36,8 @@ var commands = []command{
 	{path: []string{"queue", "rm"}, summary: "delete a queue and its messages (admin API)", run: runQueueRm},
 	{path: []string{"settings", "get"}, summary: "show runtime settings (admin API)", run: runSettingsGet},
 	{path: []string{"settings", "set"}, summary: "change runtime settings (admin API)", run: runSettingsSet},
+	{path: []string{"cluster", "status"}, summary: "show members, leader and placement (admin API)", run: runClusterStatus},
+	{path: []string{"cluster", "join"}, summary: "join this node to a cluster through a peer (admin API)", run: runClusterJoin},
 	{path: []string{"log", "verify"}, summary: "check segment logs offline; exit 1 on corruption", run: runLogVerify},
 	{path: []string{"log", "dump"}, summary: "print a segment log's records offline", run: runLogDump},
 	{
