@@ -117,6 +117,7 @@ func Open(opts Options) (*Broker, error) {
 		return nil, err
 	}
 	b.meta = meta
+	meta.room = b.disk.metaRoom
 	s := DefaultSettings()
 	if _, err := meta.getJSON(settingsKey, &s); err != nil {
 		_ = meta.close()
@@ -199,6 +200,9 @@ func declareResult(c QueueConfig, created bool) DeclareResult {
 // DeleteQueue closes a queue and removes its logs, declaration and
 // snapshots. Subscriptions on it stop receiving.
 func (b *Broker) DeleteQueue(ctx context.Context, name string) error {
+	if err := b.disk.metaRoom(); err != nil { // before the queue closes: nothing half done
+		return fmt.Errorf("delete queue %s: %w", name, err)
+	}
 	b.mu.Lock()
 	q, ok := b.queues[name]
 	_, failed := b.failed[name]

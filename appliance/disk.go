@@ -48,6 +48,27 @@ func (g *diskGuard) check(n int64) error {
 	return nil
 }
 
+// metaReserveBytes is the free space a metadata write leaves untouched:
+// room for the Pebble log to grow by a preallocation step (110% of its
+// 2 MiB memtable), start a new log file and flush a memtable.
+const metaReserveBytes = 8 << 20
+
+// metaRoom refuses a metadata write (a declaration, the settings, a
+// checkpoint's snapshot, a queue's deletion) with ErrDiskFull when the file system has less
+// than metaReserveBytes free. Pebble treats a failed write to its log as
+// fatal and panics, so a full disk must never meet one: a checkpoint
+// refused here is retried after the next change, and the queue logs stay
+// authoritative meanwhile. It measures afresh (one statfs) whatever the
+// watermark and budget; a file system that cannot say lets the write
+// through.
+func (g *diskGuard) metaRoom() error {
+	u, err := g.fs.GetDiskUsage(g.dir)
+	if err != nil || u.AvailBytes >= metaReserveBytes {
+		return nil
+	}
+	return fmt.Errorf("%w: %d bytes free, metadata writes keep %d in reserve", ErrDiskFull, u.AvailBytes, metaReserveBytes)
+}
+
 // refusalLocked is why a publish of n bytes is refused on the figures at
 // hand, or nil.
 func (g *diskGuard) refusalLocked(n int64) error {

@@ -28,7 +28,7 @@ type QueueCounters struct {
 	Discarded       int64
 	DeadLettered    int64
 	RejectedFull    int64 // refused by the queue's limits
-	RejectedDisk    int64 // refused by the disk budget or free-space watermark
+	RejectedDisk    int64 // refused by the disk budget, the free-space watermark, or no space for a new segment
 	DroppedOverflow int64 // oldest messages dropped by the drop-oldest policy
 	LostQuarantined int64 // messages lost with segments quarantined since start
 }

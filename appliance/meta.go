@@ -18,6 +18,18 @@ import (
 // "c/<queue>/<partition>" binary snapshot.
 type metaStore struct {
 	db *pebble.DB
+	// room, if set, is asked before every write and refuses it when the
+	// disk is nearly full (diskGuard.metaRoom): Pebble treats a failed
+	// write to its log as fatal and panics.
+	room func() error
+}
+
+// hasRoom is nil when a write may go ahead.
+func (m *metaStore) hasRoom() error {
+	if m.room == nil {
+		return nil
+	}
+	return m.room()
 }
 
 func openMeta(dir string, fs vfs.FS) (*metaStore, error) {
@@ -53,6 +65,9 @@ func (m *metaStore) putJSON(key []byte, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
+	}
+	if err := m.hasRoom(); err != nil {
+		return fmt.Errorf("store %s: %w", key, err)
 	}
 	if err := m.db.Set(key, b, pebble.Sync); err != nil {
 		return fmt.Errorf("store %s: %w", key, err)
@@ -97,6 +112,9 @@ func (m *metaStore) queues() ([]QueueConfig, error) {
 
 // deleteQueue removes a declaration and its snapshots in one synced batch.
 func (m *metaStore) deleteQueue(name string) error {
+	if err := m.hasRoom(); err != nil {
+		return fmt.Errorf("delete queue %s: %w", name, err)
+	}
 	b := m.db.NewBatch()
 	defer b.Close()
 	if err := b.Delete(queueKey(name), nil); err != nil {
@@ -109,6 +127,9 @@ func (m *metaStore) deleteQueue(name string) error {
 }
 
 func (m *metaStore) putSnapshot(name string, partition int, snap snapshot) error {
+	if err := m.hasRoom(); err != nil {
+		return fmt.Errorf("store snapshot %s/%d: %w", name, partition, err)
+	}
 	if err := m.db.Set(snapshotKey(name, partition), snap.encode(), pebble.Sync); err != nil {
 		return fmt.Errorf("store snapshot %s/%d: %w", name, partition, err)
 	}

@@ -20,8 +20,8 @@ import (
 // queue's durability and applied only once the append completes, by the
 // applier goroutine, in log order.
 type partition struct {
-	q   *queue
-	idx int
+	q    *queue
+	idx  int
 	log  *wal.Log
 	dur  wal.Durability
 	gate ReplicaGate // nil: solo
@@ -147,7 +147,12 @@ func (p *partition) runApplier() {
 		case err == nil:
 			err = p.apply(res.First, pa.entries)
 		case errors.Is(err, wal.ErrNoSpace): // nothing written, the log stays healthy
+			if len(pa.entries) > 0 && pa.entries[0].Type == recPublish {
+				p.q.counters.rejectedDisk.Add(1)
+			}
 			err = fmt.Errorf("%w: queue %s partition %d: %w", ErrDiskFull, p.q.cfg().Name, p.idx, err)
+		case errors.Is(err, wal.ErrTooLarge): // past what a segment holds; nothing written
+			err = fmt.Errorf("%w: queue %s partition %d: %w", ErrTooLarge, p.q.cfg().Name, p.idx, err)
 		default:
 			err = fmt.Errorf("%w: queue %s partition %d: %w", ErrUnavailable, p.q.cfg().Name, p.idx, err)
 		}

@@ -62,3 +62,50 @@ func TestNoSpaceAtRollover(t *testing.T) {
 		}
 	}
 }
+
+// A full disk that fails the new segment's header write (the file was
+// created, no block is left for its first bytes) refuses the append with
+// ErrNoSpace and leaves no empty segment file behind.
+func TestNoSpaceForSegmentHeader(t *testing.T) {
+	ctx := testCtx(t)
+	var full atomic.Bool
+	mem := vfs.NewMem()
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if full.Load() && op.Kind == errorfs.OpFileWriteAt && op.Offset == 0 && strings.HasSuffix(op.Path, segmentSuffix) {
+			return syscall.ENOSPC
+		}
+		return nil
+	}))
+	l := mustOpen(t, fs, "log", Options{SegmentSize: 4 << 10})
+	defer l.Close()
+	full.Store(true)
+	n := 0
+	var err error
+	for i := 0; i < 100 && err == nil; i++ {
+		if _, err = l.Append(ctx, entries(n, 1, 200), AfterFsync); err == nil {
+			n++
+		}
+	}
+	if !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("append at a full rollover: %v", err)
+	}
+	names, err := mem.List("log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		if !strings.HasSuffix(name, segmentSuffix) {
+			continue
+		}
+		if info, err := mem.Stat(mem.PathJoin("log", name)); err != nil || info.Size() == 0 {
+			t.Fatalf("segment %s after the refused rollover: %v, %v", name, info, err)
+		}
+	}
+	if st := l.Status(); st.Latched || st.Segments != 1 {
+		t.Fatalf("after no-space: latched %v, %d segments", st.Latched, st.Segments)
+	}
+	full.Store(false)
+	if _, err := l.Append(ctx, entries(n, 1, 200), AfterFsync); err != nil {
+		t.Fatalf("append after space freed: %v", err)
+	}
+}

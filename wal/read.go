@@ -12,7 +12,7 @@ import (
 // maxReadChunk the most (short of one larger record): a huge budget must not
 // size the buffer.
 const (
-	minReadChunk = 64 << 10
+	minReadChunk = 4 << 10
 	maxReadChunk = 1 << 20
 )
 
@@ -113,7 +113,7 @@ func (l *Log) readSegment(offset, limit uint64, budget int) ([]Record, error) {
 		full := n == want
 		buf = buf[:n]
 		var out []Record
-		at, o := 0, offset
+		at, o, total := 0, offset, 0
 		for o < limit && at < len(buf) {
 			rec, used, status, reason := decodeRecord(buf[at:], o, l.opts.MaxRecordSize)
 			if status == decodeShort && full {
@@ -128,7 +128,11 @@ func (l *Log) readSegment(offset, limit uint64, budget int) ([]Record, error) {
 				}
 				return nil, &CorruptionError{Segment: seg.base, Pos: pos + int64(at), Offset: o, Reason: reason}
 			}
+			if len(out) > 0 && total+len(rec.Payload) > budget {
+				return out, nil // read's budget check would drop the rest
+			}
 			out = append(out, rec)
+			total += len(rec.Payload)
 			at += used
 			o++
 		}

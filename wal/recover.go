@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -328,6 +329,12 @@ func (l *Log) createSegment(base uint64) (*segment, error) {
 	}
 	if _, err := f.WriteAt(encodeSegmentHeader(base), 0); err != nil {
 		_ = f.Close()
+		if errors.Is(err, syscall.ENOSPC) {
+			// roll refuses the append and stays healthy: an empty file
+			// must not outlive the refusal. (Other failures latch, and
+			// recovery gives the empty segment its header.)
+			_ = l.fs.Remove(path)
+		}
 		return nil, &StorageError{Op: fmt.Sprintf("write segment %d header", base), Err: err}
 	}
 	if err := preallocate(f, l.opts.Preallocate, segmentHeaderSize, l.opts.SegmentSize); err != nil {

@@ -2,19 +2,19 @@ package wal
 
 import (
 	"bytes"
-	"fmt"
 	"sync"
-
-	"github.com/dgraph-io/ristretto/v2"
 )
 
 // The tail cache keeps recently written records so that readers right
 // behind the writer are served without a pread. Records are grouped in
-// blocks of tailBlockLen consecutive offsets, one ristretto entry per block:
-// the writer fills the current block in place and tells ristretto about it
-// twice (when it starts, with an estimated cost, and when it is full, with
-// the real one). A ristretto Set per record cost the writer more than the
-// write() itself; per block it is noise.
+// blocks of tailBlockLen consecutive offsets, and the cache is a window of
+// consecutive blocks ending at the writer: the writer fills the newest
+// block in place and drops the oldest blocks once the records held pass
+// the budget. Its memory is the budget plus a few hundred bytes, whatever
+// the budget, so a broker can give each of thousands of partitions a
+// small one. (A general-purpose cache per partition cost about 300 KiB
+// of fixed buffers each, and its admission policy refused new blocks that
+// readers were about to ask for.)
 
 const (
 	tailBlockShift = 6
@@ -25,28 +25,20 @@ const (
 type tailBlock struct {
 	mu   sync.RWMutex // guards recs
 	recs [tailBlockLen][]byte
+	cost int64 // bytes held; guarded by tailCache.mu
 }
 
 type tailCache struct {
-	c *ristretto.Cache[uint64, *tailBlock]
+	budget int64
 
-	// The writer goroutine's own: the block it is filling.
-	cur     *tailBlock
-	curID   uint64
-	curCost int64
+	mu     sync.RWMutex // guards first, blocks and cost
+	first  uint64       // block id of blocks[0]
+	blocks []*tailBlock // consecutive block ids from first, oldest first
+	cost   int64        // bytes held by blocks
 }
 
 func newTailCache(budget int64) (*tailCache, error) {
-	c, err := ristretto.NewCache(&ristretto.Config[uint64, *tailBlock]{
-		NumCounters:        max(budget/1024, 1<<10),
-		MaxCost:            budget,
-		BufferItems:        64,
-		IgnoreInternalCost: true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("wal: tail cache: %w", err)
-	}
-	return &tailCache{c: c}, nil
+	return &tailCache{budget: budget}, nil
 }
 
 // put caches the records just written: buf holds them back to back, starts
@@ -55,50 +47,78 @@ func newTailCache(budget int64) (*tailCache, error) {
 func (t *tailCache) put(first uint64, buf []byte, starts []int) {
 	cp := bytes.Clone(buf)
 	for i := 0; i < len(starts); {
-		off := first + uint64(i)
-		if id := off >> tailBlockShift; t.cur == nil || id != t.curID {
-			t.finish()
-			t.cur, t.curID, t.curCost = &tailBlock{}, id, 0
-			t.c.Set(id, t.cur, int64(tailBlockLen*(starts[min(i+1, len(starts)-1)]-starts[i]+recordHeaderSize)))
-		}
-		t.cur.mu.Lock()
-		for ; i < len(starts) && (first+uint64(i))>>tailBlockShift == t.curID; i++ {
+		id := (first + uint64(i)) >> tailBlockShift
+		b := t.blockFor(id)
+		var added int64
+		b.mu.Lock()
+		for ; i < len(starts) && (first+uint64(i))>>tailBlockShift == id; i++ {
 			end := len(cp)
 			if i+1 < len(starts) {
 				end = starts[i+1]
 			}
-			t.cur.recs[(first+uint64(i))&(tailBlockLen-1)] = cp[starts[i]:end:end]
-			t.curCost += int64(end - starts[i])
+			b.recs[(first+uint64(i))&(tailBlockLen-1)] = cp[starts[i]:end:end]
+			added += int64(end - starts[i])
 		}
-		full := t.cur.recs[tailBlockLen-1] != nil
-		t.cur.mu.Unlock()
-		if full {
-			t.finish()
-		}
+		b.mu.Unlock()
+		t.mu.Lock()
+		b.cost += added
+		t.cost += added
+		t.evictLocked()
+		t.mu.Unlock()
 	}
 }
 
-// finish tells ristretto the real cost of the block being filled.
-func (t *tailCache) finish() {
-	if t.cur != nil {
-		t.c.Set(t.curID, t.cur, t.curCost)
-		t.cur = nil
+// blockFor returns the newest block if it is id's, or starts a new one
+// (restarting the window if id does not follow it).
+func (t *tailCache) blockFor(id uint64) *tailBlock {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := uint64(len(t.blocks)); n > 0 && t.first+n-1 == id {
+		return t.blocks[n-1]
+	}
+	if n := uint64(len(t.blocks)); n == 0 || t.first+n != id {
+		clear(t.blocks)
+		t.blocks, t.first, t.cost = t.blocks[:0], id, 0
+	}
+	b := &tailBlock{}
+	t.blocks = append(t.blocks, b)
+	return b
+}
+
+// evictLocked drops the oldest blocks while the cache holds more than its
+// budget (the newest too, when one block alone is over it).
+func (t *tailCache) evictLocked() {
+	for t.cost > t.budget && len(t.blocks) > 0 {
+		t.cost -= t.blocks[0].cost
+		t.blocks[0] = nil
+		t.blocks = t.blocks[1:]
+		t.first++
 	}
 }
 
 // get returns offset's encoded record if the cache holds it.
 func (t *tailCache) get(offset uint64) ([]byte, bool) {
-	b, ok := t.c.Get(offset >> tailBlockShift)
-	if !ok {
+	id := offset >> tailBlockShift
+	t.mu.RLock()
+	if id < t.first || id-t.first >= uint64(len(t.blocks)) {
+		t.mu.RUnlock()
 		return nil, false
 	}
+	b := t.blocks[id-t.first]
+	t.mu.RUnlock()
 	b.mu.RLock()
 	rec := b.recs[offset&(tailBlockLen-1)]
 	b.mu.RUnlock()
 	return rec, rec != nil
 }
 
-func (t *tailCache) close() { t.c.Close() }
+func (t *tailCache) close() {
+	t.mu.Lock()
+	clear(t.blocks)
+	t.blocks, t.cost = nil, 0
+	t.mu.Unlock()
+}
 
-// wait blocks until ristretto has applied every Set so far.
-func (t *tailCache) wait() { t.c.Wait() }
+// wait returns once every put so far is visible to get: at once, since
+// put publishes under the lock.
+func (t *tailCache) wait() {}

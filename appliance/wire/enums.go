@@ -60,7 +60,7 @@ const (
 	CodeNotFound           ErrorCode = 3  // no such queue (or subscription)
 	CodeConflict           ErrorCode = 4  // declare conflicts with the stored declaration (mode, partitions)
 	CodeQueueFull          ErrorCode = 5  // the queue is at its limit and its overflow policy is reject
-	CodeDiskFull           ErrorCode = 6  // disk budget or free-space watermark reached
+	CodeDiskFull           ErrorCode = 6  // storage full: disk budget, free-space watermark, or no space left
 	CodeUnavailable        ErrorCode = 7  // the queue's log is latched, or the broker is shutting down
 	CodeStaleTag           ErrorCode = 8  // unknown or stale delivery tag
 	CodeTooLarge           ErrorCode = 9  // frame or message above the limit

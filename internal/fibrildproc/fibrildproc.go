@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -36,9 +37,26 @@ var ErrExited = errors.New("fibrild exited before listening")
 // Build compiles the fibrild main package in pkgDir (for example
 // "../fibrild" from tools/fibril) into out, with -ldflags when given.
 func Build(ctx context.Context, pkgDir, out string, ldflags string) error {
+	return BuildWith(ctx, pkgDir, out, BuildOptions{LDFlags: ldflags})
+}
+
+// BuildOptions configure BuildWith. The zero value is a plain go build.
+type BuildOptions struct {
+	// LDFlags are passed as -ldflags when not empty.
+	LDFlags string
+	// Tags are passed as -tags when not empty (for example "faultinject",
+	// the acceptance suite's storage fault hook).
+	Tags []string
+}
+
+// BuildWith compiles the fibrild main package in pkgDir into out with o.
+func BuildWith(ctx context.Context, pkgDir, out string, o BuildOptions) error {
 	args := []string{"build", "-o", out}
-	if ldflags != "" {
-		args = append(args, "-ldflags", ldflags)
+	if o.LDFlags != "" {
+		args = append(args, "-ldflags", o.LDFlags)
+	}
+	if len(o.Tags) > 0 {
+		args = append(args, "-tags", strings.Join(o.Tags, ","))
 	}
 	cmd := exec.CommandContext(ctx, "go", append(args, ".")...)
 	cmd.Dir = pkgDir
