@@ -57,7 +57,32 @@ func New(opts Options) (*Bridge, error) {
 
 // Stats returns a snapshot of the bridge's state and counters. It is safe
 // to call at any time, from any goroutine.
-func (b *Bridge) Stats() Stats { return b.st.snapshot() }
+func (b *Bridge) Stats() Stats {
+	if exists := b.opts.QueueExists; exists != nil {
+		for _, q := range b.st.missingQueues() {
+			if exists(q) {
+				b.noteQueue(q, "declare", nil)
+			}
+		}
+	}
+	return b.st.snapshot()
+}
+
+// checkQueues reports, at start, the fixed ingest queues that QueueExists
+// says do not exist.
+func (b *Bridge) checkQueues() {
+	if b.opts.QueueExists == nil {
+		return
+	}
+	for _, in := range b.opts.Ingest {
+		if !in.tmpl.fixed() {
+			continue
+		}
+		if q := in.tmpl.expand(nil); !b.opts.QueueExists(q) {
+			b.noteQueue(q, string(in.Mode)+" ingest", client.ErrNotFound)
+		}
+	}
+}
 
 // Ready is closed once every ingest and egress has started: core
 // subscriptions are registered with the NATS server, JetStream consumers
@@ -93,6 +118,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		return fmt.Errorf("bridge %s: fibril: %w", b.opts.Name, err)
 	}
 	defer fc.Close()
+	b.checkQueues()
 
 	var wg sync.WaitGroup
 	errs := make(chan error, len(b.opts.Ingest)+len(b.opts.Egress))
@@ -230,6 +256,23 @@ func (b *Bridge) dialFibril(ctx context.Context) (*client.Client, error) {
 		b.log.Warn("fibril not reachable, retrying", "addr", b.opts.FibrilAddr, "err", err)
 		if !sleep(ctx, backoff(b.opts.RetryBackoff, b.opts.MaxRetryBackoff, attempt)) {
 			return nil, ctx.Err()
+		}
+	}
+}
+
+// noteQueue records what a publish to queue or a subscription on it said
+// about the queue's existence: an error matching client.ErrNotFound marks
+// it missing (logged once, as an error), nil marks it present again. Other
+// errors say nothing about it.
+func (b *Bridge) noteQueue(queue, user string, err error) {
+	switch {
+	case err == nil:
+		if b.st.setMissing(queue, false) {
+			b.log.Info("queue exists now", "queue", queue, "for", user)
+		}
+	case errors.Is(err, client.ErrNotFound):
+		if b.st.setMissing(queue, true) {
+			b.log.Error("queue does not exist; declare it", "queue", queue, "for", user, "err", err)
 		}
 	}
 }

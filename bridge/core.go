@@ -66,6 +66,7 @@ func (b *Bridge) ingestCore(ctx context.Context, fc *client.Client, in *Ingest, 
 					s.Duplicates++
 				}
 			})
+			b.noteQueue(queue, "core ingest", nil)
 			return
 		}
 		if ctx.Err() != nil {
@@ -76,6 +77,7 @@ func (b *Bridge) ingestCore(ctx context.Context, fc *client.Client, in *Ingest, 
 		if errors.As(err, &ce) {
 			reason := ce.Code.String()
 			b.st.drop(reason)
+			b.noteQueue(queue, "core ingest", err)
 			b.st.update(func(s *Stats) { s.LastError = "fibril: " + err.Error() })
 			b.log.Warn("queue refused message, dropped", "queue", queue, "subject", m.Subject, "reason", reason, "err", err)
 			return

@@ -27,6 +27,11 @@
 // the stream's publish ack), and acked in Fibril only then. If NATS does
 // not accept it the delivery is released for redelivery.
 //
+// A queue the broker says does not exist is never a silent loss: a
+// JetStream ingest blocks and retries, a core ingest counts not_found
+// drops, an egress retries its subscription, and Stats lists the queue in
+// MissingQueues until it is used successfully.
+//
 // Invariant: nothing is acked on one side before the other side has
 // accepted it.
 package bridge

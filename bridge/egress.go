@@ -44,6 +44,7 @@ func (b *Bridge) runEgress(ctx context.Context, nc *nats.Conn, fc *client.Client
 	var cons *client.Consumer
 	for attempt := 0; ; attempt++ {
 		cons, err = fc.Subscribe(ctx, eg.Queue, client.SubscribeOptions{Prefetch: eg.Prefetch, Handler: handler})
+		b.noteQueue(eg.Queue, "egress", err)
 		if err == nil {
 			break
 		}

@@ -121,6 +121,7 @@ func (b *Bridge) settleBatch(ctx context.Context, fc *client.Client, in *Ingest,
 			}
 			return
 		}
+		b.noteQueue(p.queue, "jetstream ingest", nil)
 		if err := p.msg.Ack(); err != nil {
 			b.st.update(func(s *Stats) { s.LastError = "jetstream ack: " + err.Error() })
 		}
@@ -164,6 +165,7 @@ func (b *Bridge) retryJetStream(ctx context.Context, fc *client.Client, in *Inge
 			_ = p.msg.Term()
 			return client.Confirm{}, errTerminated
 		}
+		b.noteQueue(p.queue, "jetstream ingest", err)
 		if attempt == 0 {
 			b.log.Warn("fibril refused jetstream message, pulling paused", "queue", p.queue, "err", err)
 		}

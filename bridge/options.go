@@ -83,6 +83,15 @@ type Options struct {
 	RetryBackoff    time.Duration
 	MaxRetryBackoff time.Duration
 
+	// QueueExists, when set, reports whether the broker has a queue (a
+	// bridge running beside the broker passes the broker's own answer).
+	// With it, a fixed ingest queue that does not exist is reported when
+	// Run starts (MissingQueues, an error in the log), before any message
+	// needs it, and Stats stops listing a missing queue once it exists.
+	// Default nil: the bridge learns that a queue is missing from the
+	// broker's answer to a publish or a subscription.
+	QueueExists func(queue string) bool
+
 	// Logger receives the bridge's logs. Default slog.Default().
 	Logger *slog.Logger
 }

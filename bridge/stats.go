@@ -1,6 +1,9 @@
 package bridge
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // State of a bridge's NATS connection, as Stats reports it.
 const (
@@ -19,6 +22,14 @@ type Stats struct {
 	LastError string `json:"last_error"`
 	// Reconnects counts NATS reconnects.
 	Reconnects uint64 `json:"reconnects"`
+	// MissingQueues lists, sorted, the queues the broker said do not
+	// exist: a JetStream ingest blocked on one (it retries until the queue
+	// is declared), a core ingest dropping messages for one, an egress
+	// retrying its subscription; with Options.QueueExists, also a fixed
+	// ingest queue missing when Run starts. A queue leaves the list once a
+	// publish to it or a subscription on it succeeds, or QueueExists says
+	// it exists. Never nil.
+	MissingQueues []string `json:"missing_queues"`
 
 	// Received counts messages taken from NATS by ingests (JetStream
 	// redeliveries included).
@@ -50,7 +61,8 @@ type Stats struct {
 type counters struct {
 	mu      sync.Mutex
 	s       Stats
-	blocked int // ingests currently blocked
+	blocked int             // ingests currently blocked
+	missing map[string]bool // queues the broker said do not exist
 }
 
 func (c *counters) update(f func(s *Stats)) {
@@ -73,6 +85,36 @@ func (c *counters) drop(reason string) {
 	c.update(func(s *Stats) { s.Dropped[reason]++ })
 }
 
+// setMissing records whether queue exists and reports whether that
+// changed, so that a missing queue is logged once, not per retry.
+func (c *counters) setMissing(queue string, missing bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.missing[queue] == missing {
+		return false
+	}
+	if missing {
+		if c.missing == nil {
+			c.missing = map[string]bool{}
+		}
+		c.missing[queue] = true
+	} else {
+		delete(c.missing, queue)
+	}
+	return true
+}
+
+// missingQueues lists the queues marked missing, in no order.
+func (c *counters) missingQueues() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.missing))
+	for q := range c.missing {
+		out = append(out, q)
+	}
+	return out
+}
+
 func (c *counters) setBlocked(on bool) {
 	c.mu.Lock()
 	if on {
@@ -92,5 +134,10 @@ func (c *counters) snapshot() Stats {
 	for k, v := range c.s.Dropped {
 		s.Dropped[k] = v
 	}
+	s.MissingQueues = make([]string, 0, len(c.missing))
+	for q := range c.missing {
+		s.MissingQueues = append(s.MissingQueues, q)
+	}
+	slices.Sort(s.MissingQueues)
 	return s
 }

@@ -158,6 +158,10 @@ func (c *Cluster) DeclarePolicy(ctx context.Context, cfg appliance.QueueConfig, 
 	return q, created, c.serve(c.node.State(), cfg.Name)
 }
 
+// JoinVia asks the cluster reachable at peer's cluster port to admit
+// this node.
+func (c *Cluster) JoinVia(ctx context.Context, peer string) error { return c.node.JoinVia(ctx, peer) }
+
 // Declare is DeclarePolicy with the mode's default policy, answered as
 // the broker answers a declare (the server's Cluster).
 func (c *Cluster) Declare(ctx context.Context, cfg appliance.QueueConfig) (appliance.DeclareResult, error) {

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/federation/control"
 	"github.com/fibril-edge/fibril/federation/raftstore"
 )
@@ -24,7 +25,7 @@ import (
 var (
 	// ErrNoLeader: no leader is known yet (an election is under way or
 	// too few voters are up); retry.
-	ErrNoLeader = errors.New("cluster has no leader")
+	ErrNoLeader = fmt.Errorf("cluster has no leader: %w", appliance.ErrUnavailable)
 	// ErrClosed: the node is closed.
 	ErrClosed = errors.New("cluster node closed")
 )

@@ -71,7 +71,7 @@ var queueMetrics = []queueMetric{
 }
 
 var descRefusals = desc("fibril_publish_refusals_total",
-	"Publishes refused: reason queue_full (the queue's limits) or disk_full (disk budget or free-space watermark).",
+	"Publishes refused: reason queue_full (the queue's limits) or disk_full (storage full: disk budget, free-space watermark, or no space left).",
 	"queue", "reason")
 
 // partitionMetric is a per-partition figure read from PartitionInfo.

@@ -13,6 +13,8 @@
 //	GET    /api/settings                runtime settings
 //	PUT    /api/settings                change them (validated, persisted)
 //	GET    /api/node                    version, disk, process figures
+//	GET    /api/bridges                 the NATS bridges' state and counters
+//	GET    /api/cluster                 members, leader, assignments (404 solo)
 //	GET    /healthz                     the process answers
 //	GET    /readyz                      broker open, no queue failed or latched
 //	GET    /metrics                     Prometheus exposition

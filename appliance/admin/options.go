@@ -3,6 +3,9 @@ package admin
 import (
 	"log/slog"
 	"net/http"
+
+	"github.com/fibril-edge/fibril/bridge"
+	"github.com/fibril-edge/fibril/federation"
 )
 
 // Options configure a Server. Zero fields take the documented defaults.
@@ -26,9 +29,22 @@ type Options struct {
 	// ("(devel)" for a build from a checkout without VCS stamping).
 	Version string
 	// Bridges reports the state and counters of the NATS bridges running
-	// beside the broker, as GET /api/bridges returns them (any value that
-	// encodes as JSON). Default nil: the endpoint answers an empty list.
-	Bridges func() any
+	// beside the broker, for GET /api/bridges and the fibril_bridge_
+	// metrics. Default nil: the endpoint answers an empty list and no
+	// bridge metrics are exported.
+	Bridges func() []bridge.Stats
+	// Cluster reports the cluster as this node sees it (members, leader,
+	// assignments, followers' progress), for GET /api/cluster, the
+	// fibril_cluster_ and fibril_replica_ metrics and the dashboard's
+	// Cluster page. Default nil, or a false second result: a solo node,
+	// where GET /api/cluster answers 404 not_clustered and no cluster
+	// metrics are exported.
+	Cluster func() (federation.View, bool)
+	// ClusterOps, set on a cluster node, routes POST /api/queues through
+	// the control plane (the body may name a "policy") and serves
+	// POST /api/cluster/join. Default nil: declarations go to the local
+	// broker and the join endpoint answers 404 not_clustered.
+	ClusterOps ClusterOps
 }
 
 // Validate reports options that cannot work.

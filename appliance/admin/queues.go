@@ -149,6 +149,7 @@ type declareRequest struct {
 	MaxMessages   int64  `json:"max_messages"`
 	Overflow      string `json:"overflow"` // reject | drop-oldest
 	DedupeMs      int64  `json:"dedupe_window_ms"`
+	Policy        string `json:"policy"` // cluster nodes: replica_durable:N, majority_durable, replica_buffered:N
 }
 
 func (d declareRequest) config() (appliance.QueueConfig, error) {
@@ -184,6 +185,12 @@ func (s *Server) declareQueue(r *http.Request) (int, any, error) {
 	cfg, err := req.config()
 	if err != nil {
 		return 0, nil, err
+	}
+	if s.opts.ClusterOps != nil {
+		return s.declareInCluster(r, cfg, req.Policy)
+	}
+	if req.Policy != "" {
+		return 0, nil, invalid("policy %q: replication policies apply to cluster nodes only", req.Policy)
 	}
 	res, err := s.b.Declare(r.Context(), cfg)
 	if err != nil {

@@ -53,8 +53,14 @@ func New(b *appliance.Broker, opts Options) (*Server, error) {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		opts.Metrics,
 		newStateCollector(b, opts.Metrics),
+		bridgeCollector{stats: opts.Bridges},
 	} {
 		if err := s.reg.Register(c); err != nil {
+			return nil, fmt.Errorf("admin: register metrics: %w", err)
+		}
+	}
+	if opts.Cluster != nil {
+		if err := s.reg.Register(clusterCollector{view: opts.Cluster}); err != nil {
 			return nil, fmt.Errorf("admin: register metrics: %w", err)
 		}
 	}
@@ -90,6 +96,8 @@ func (s *Server) routes() http.Handler {
 	api("PUT /api/settings", s.putSettings)
 	api("GET /api/node", s.getNode)
 	api("GET /api/bridges", s.getBridges)
+	api("GET /api/cluster", s.getCluster)
+	api("POST /api/cluster/join", s.joinCluster)
 	mux.Handle("GET /healthz", s.jsonAPI(s.healthz))
 	mux.Handle("GET /readyz", s.jsonAPI(s.readyz))
 	mux.Handle("GET /metrics", s.auth(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{

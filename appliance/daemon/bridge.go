@@ -1,13 +1,17 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"sync"
 	"time"
 
+	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/bridge"
 )
 
@@ -20,7 +24,8 @@ type BridgeConfig struct {
 // NATSBridgeConfig is one [[bridge.nats]]: a NATS connection with its
 // ingests ([[bridge.nats.ingest]]) and egresses ([[bridge.nats.egress]]).
 // The bridge reaches this fibrild on its own client listener, with the
-// first of [server] tokens.
+// first of [server] tokens, over TLS when [server] serves TLS (see
+// selfTLS).
 type NATSBridgeConfig struct {
 	Name         string             `toml:"name"`
 	URLs         []string           `toml:"urls"`
@@ -88,9 +93,6 @@ func (c Config) bridgeProblems() []Problem {
 			problems = append(problems, Problem{Key: "bridge.nats", Msg: err.Error()})
 		}
 	}
-	if len(c.Bridge.NATS) > 0 && c.Server.TLSCert != "" {
-		problems = append(problems, Problem{Key: "bridge.nats", Msg: "bridges cannot reach a TLS client listener yet; turn [server] TLS off or run the bridge elsewhere"})
-	}
 	return problems
 }
 
@@ -104,6 +106,14 @@ func loopbackAddr(addr net.Addr) string {
 	return addr.String()
 }
 
+// queueExists answers bridge.Options.QueueExists from the broker.
+func queueExists(b *appliance.Broker) func(string) bool {
+	return func(q string) bool {
+		_, err := b.QueueInfo(q)
+		return !errors.Is(err, appliance.ErrNotFound)
+	}
+}
+
 // runningBridges are the bridges started by Run.
 type runningBridges struct {
 	cancel context.CancelFunc
@@ -111,17 +121,48 @@ type runningBridges struct {
 	list   []*bridge.Bridge
 }
 
+// selfTLS is how a bridge in this process reaches the daemon's own TLS
+// client listener, serverTLS being the listener's config: it trusts
+// exactly the certificate the listener serves (pinned byte for byte) and
+// nothing else, whatever names the certificate carries, so that one issued
+// for the host's public name works on loopback too. nil without TLS.
+func selfTLS(serverTLS *tls.Config) *tls.Config {
+	if serverTLS == nil || len(serverTLS.Certificates) == 0 || len(serverTLS.Certificates[0].Certificate) == 0 {
+		return nil
+	}
+	own := serverTLS.Certificates[0].Certificate[0]
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		// The usual chain and name checks are replaced by the pin in
+		// VerifyConnection, which runs on every handshake.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 || !bytes.Equal(cs.PeerCertificates[0].Raw, own) {
+				return errNotOwnCert
+			}
+			return nil
+		},
+	}
+}
+
+// errNotOwnCert: the TLS listener a bridge dialled is not this daemon's.
+var errNotOwnCert = errors.New("daemon: the client listener did not present this daemon's own certificate")
+
 // startBridges starts every configured bridge against the broker on
-// fibrilAddr. A bridge whose Run fails is logged; fibrild keeps running.
-func startBridges(cfg Config, fibrilAddr string, log *slog.Logger) (*runningBridges, error) {
+// fibrilAddr, over TLS pinned to the listener's certificate when
+// serverTLS is set; exists tells them which queues the broker has. A
+// bridge whose Run fails is logged; fibrild keeps running.
+func startBridges(cfg Config, fibrilAddr string, serverTLS *tls.Config, exists func(string) bool, log *slog.Logger) (*runningBridges, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	rb := &runningBridges{cancel: cancel}
 	token := ""
 	if len(cfg.Server.Tokens) > 0 {
 		token = cfg.Server.Tokens[0]
 	}
+	fibrilTLS := selfTLS(serverTLS)
 	for i, n := range cfg.Bridge.NATS {
 		o := n.bridgeOptions(i, fibrilAddr, token, log.With("component", "bridge"))
+		o.FibrilTLS, o.QueueExists = fibrilTLS, exists
 		b, err := bridge.New(o)
 		if err != nil {
 			rb.stop()
@@ -140,7 +181,6 @@ func startBridges(cfg Config, fibrilAddr string, log *slog.Logger) (*runningBrid
 	return rb, nil
 }
 
-// stop ends every bridge and waits for them.
 // stats reports every bridge's state and counters; none before they start.
 func (rb *runningBridges) stats() []bridge.Stats {
 	if rb == nil {
@@ -153,6 +193,7 @@ func (rb *runningBridges) stats() []bridge.Stats {
 	return out
 }
 
+// stop ends every bridge and waits for them.
 func (rb *runningBridges) stop() {
 	rb.cancel()
 	rb.wg.Wait()

@@ -2,7 +2,18 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +22,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/fibril-edge/fibril/appliance/client"
+	"github.com/fibril-edge/fibril/internal/await"
+	"github.com/fibril-edge/fibril/internal/testcert"
 )
 
 const bridgeTOML = `
@@ -57,6 +70,130 @@ func TestBridgeConfig(t *testing.T) {
 // A [[bridge.nats]] in fibril.toml runs inside Run: a core NATS message
 // lands in its queue.
 func TestRunBridge(t *testing.T) {
+	runBridgeMessage(t, func(*Config) {}, client.Options{})
+}
+
+// With [server] TLS on, the bridge reaches the client listener over TLS,
+// trusting the listener's own certificate.
+func TestRunBridgeTLS(t *testing.T) {
+	cert, pool := testcert.SelfSigned(t)
+	certFile, keyFile := writeCert(t, cert)
+	runBridgeMessage(t, func(c *Config) {
+		c.Server.TLSCert, c.Server.TLSKey = certFile, keyFile
+		c.Server.Tokens = []string{"s3cret"}
+	}, client.Options{TLS: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}, Token: "s3cret"})
+}
+
+// A fixed ingest queue that does not exist is reported in /api/bridges at
+// start, before any message needs it, and no longer once it is declared.
+func TestRunBridgeMissingQueue(t *testing.T) {
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats not ready")
+	}
+	t.Cleanup(ns.Shutdown)
+	cfg, err := Parse([]byte(fmt.Sprintf("[[bridge.nats]]\nname = \"site\"\nurls = [%q]\n[[bridge.nats.ingest]]\nsubject = \"events.>\"\nqueue = \"events\"\n", ns.ClientURL())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Server.Listen = "127.0.0.1:0"
+	cfg.Admin.Listen = "127.0.0.1:0"
+	cfg.Storage.DataDir = t.TempDir()
+	cfg.Storage.MinFree = 0
+	addr, admin, stop := startRunAdmin(t, cfg)
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	missing := func() []string {
+		res, err := http.Get("http://" + admin + "/api/bridges")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var r struct {
+			Bridges []struct {
+				MissingQueues []string `json:"missing_queues"`
+			} `json:"bridges"`
+		}
+		if err := json.NewDecoder(res.Body).Decode(&r); err != nil || len(r.Bridges) != 1 {
+			t.Fatalf("GET /api/bridges: %v %+v", err, r)
+		}
+		return r.Bridges[0].MissingQueues
+	}
+	await.Within(t, waitLimit, "the missing queue reported", func() bool { return slices.Equal(missing(), []string{"events"}) })
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	c, err := client.Dial(ctx, addr, client.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.DeclareQueue(ctx, client.Queue("events").Buffered()); err != nil {
+		t.Fatal(err)
+	}
+	if m := missing(); len(m) != 0 {
+		t.Fatalf("missing after the declare: %v", m)
+	}
+}
+
+// selfTLS trusts the daemon's own certificate and no other, whatever
+// names it carries.
+func TestSelfTLS(t *testing.T) {
+	own, _ := testcert.SelfSigned(t)
+	other, _ := testcert.SelfSigned(t)
+	if selfTLS(nil) != nil {
+		t.Fatal("selfTLS without server TLS")
+	}
+	cfg := selfTLS(&tls.Config{Certificates: []tls.Certificate{own}})
+	for _, tc := range []struct {
+		name  string
+		serve tls.Certificate
+		want  error
+	}{{"own certificate", own, nil}, {"another certificate", other, errNotOwnCert}} {
+		c, s := net.Pipe()
+		srv := tls.Server(s, &tls.Config{Certificates: []tls.Certificate{tc.serve}})
+		done := make(chan error, 1)
+		go func() { done <- srv.Handshake(); s.Close() }()
+		cc := cfg.Clone()
+		cc.ServerName = "fibril.example" // not a name the certificates carry
+		err := tls.Client(c, cc).Handshake()
+		c.Close()
+		<-done
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: handshake %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
+// writeCert writes cert and its key as PEM files in a temp dir.
+func writeCert(t *testing.T, cert tls.Certificate) (certFile, keyFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// runBridgeMessage runs the daemon with bridgeTOML (changed by edit)
+// against an embedded NATS server and checks that a core message published
+// to NATS lands in its queue; copts dial the daemon.
+func runBridgeMessage(t *testing.T, edit func(*Config), copts client.Options) {
+	copts.Logger = slog.New(slog.DiscardHandler)
 	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +212,7 @@ func TestRunBridge(t *testing.T) {
 	cfg.Admin.Listen = ""
 	cfg.Storage.DataDir = t.TempDir()
 	cfg.Storage.MinFree = 0
+	edit(&cfg)
 	addr, stop := startRun(t, cfg)
 	defer func() {
 		if err := stop(); err != nil {
@@ -83,7 +221,7 @@ func TestRunBridge(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	c, err := client.Dial(ctx, addr, client.Options{})
+	c, err := client.Dial(ctx, addr, copts)
 	if err != nil {
 		t.Fatal(err)
 	}

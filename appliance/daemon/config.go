@@ -32,6 +32,7 @@ type Config struct {
 	Admin   AdminConfig   `toml:"admin"`
 	Storage StorageConfig `toml:"storage"`
 	Log     LogConfig     `toml:"log"`
+	Cluster ClusterConfig `toml:"cluster"`
 	Bridge  BridgeConfig  `toml:"bridge"`
 }
 
@@ -58,6 +59,9 @@ type StorageConfig struct {
 	TailCache   Size   `toml:"tail_cache" help:"recently written records kept in memory, per partition"`
 	DiskBudget  Size   `toml:"disk_budget" help:"most the data directory may hold; 0: no budget"`
 	MinFree     Size   `toml:"min_free" help:"refuse publishes below this much free disk; 0: off"`
+	// CheckpointDelay is how long after a change a partition is
+	// checkpointed (appliance.Options.CheckpointDelay).
+	CheckpointDelay Duration `toml:"checkpoint_delay" help:"how long after a change a partition is checkpointed (10ms to 1h)"`
 }
 
 // LogConfig is the daemon's logging.
@@ -193,6 +197,9 @@ func (c Config) valueProblems() []Problem {
 	if st.SegmentSize != 0 && (st.SegmentSize < 1<<20 || st.SegmentSize > 4<<30) {
 		bad("storage.segment_size", "%v is out of range (1MiB to 4GiB)", st.SegmentSize)
 	}
+	if d := time.Duration(st.CheckpointDelay); d != 0 && (d < 10*time.Millisecond || d > time.Hour) {
+		bad("storage.checkpoint_delay", "%v is out of range (10ms to 1h)", d)
+	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -203,5 +210,6 @@ func (c Config) valueProblems() []Problem {
 	default:
 		bad("log.format", "%q (want text or json)", c.Log.Format)
 	}
+	problems = append(problems, c.clusterProblems()...)
 	return append(problems, c.bridgeProblems()...)
 }

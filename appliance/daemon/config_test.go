@@ -17,8 +17,9 @@ func TestDefault(t *testing.T) {
 		Server: ServerConfig{Listen: "127.0.0.1:7420", Tokens: []string{}, MaxFrame: 16 << 20, Heartbeat: Duration(10 * time.Second)},
 		Admin:  AdminConfig{Listen: "127.0.0.1:7421"},
 		Storage: StorageConfig{DataDir: "./data", SegmentSize: 16 << 20, TailCache: 1 << 20,
-			MinFree: 64 << 20},
-		Log: LogConfig{Level: "info", Format: "text"},
+			MinFree: 64 << 20, CheckpointDelay: Duration(30 * time.Second)},
+		Log:     LogConfig{Level: "info", Format: "text"},
+		Cluster: ClusterConfig{Peers: []string{}},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("built-in config\n got %+v\nwant %+v", c, want)
@@ -97,7 +98,7 @@ func TestValidate(t *testing.T) {
 
 func TestSetEveryKey(t *testing.T) {
 	keys := Keys()
-	if len(keys) != 14 {
+	if len(keys) != 24 {
 		t.Fatalf("%d keys: %v", len(keys), keys)
 	}
 	values := map[string]string{
@@ -105,7 +106,10 @@ func TestSetEveryKey(t *testing.T) {
 		"server.tls_key": "k.pem", "server.max_frame": "1MiB", "server.heartbeat": "2s",
 		"admin.listen": "127.0.0.1:0", "storage.data_dir": "/tmp/x", "storage.segment_size": "8MiB",
 		"storage.tail_cache": "4KiB", "storage.disk_budget": "10GB", "storage.min_free": "0",
-		"log.level": "debug", "log.format": "json",
+		"storage.checkpoint_delay": "200ms", "log.level": "debug", "log.format": "json",
+		"cluster.node_id": "n1", "cluster.listen": "127.0.0.1:7422", "cluster.advertise": "10.0.0.1:7422",
+		"cluster.peers": "n2@10.0.0.2:7422, n3@10.0.0.3:7422", "cluster.bootstrap": "true", "cluster.non_voter": "false",
+		"cluster.tls_cert": "c.pem", "cluster.tls_key": "k.pem", "cluster.tls_ca": "ca.pem",
 	}
 	var c Config
 	for _, k := range keys {
@@ -123,9 +127,13 @@ func TestSetEveryKey(t *testing.T) {
 	want := Config{
 		Server: ServerConfig{Listen: "127.0.0.1:0", Tokens: []string{"a", "b"}, TLSCert: "c.pem", TLSKey: "k.pem",
 			MaxFrame: 1 << 20, Heartbeat: Duration(2 * time.Second)},
-		Admin:   AdminConfig{Listen: "127.0.0.1:0"},
-		Storage: StorageConfig{DataDir: "/tmp/x", SegmentSize: 8 << 20, TailCache: 4 << 10, DiskBudget: 10e9},
-		Log:     LogConfig{Level: "debug", Format: "json"},
+		Admin: AdminConfig{Listen: "127.0.0.1:0"},
+		Storage: StorageConfig{DataDir: "/tmp/x", SegmentSize: 8 << 20, TailCache: 4 << 10, DiskBudget: 10e9,
+			CheckpointDelay: Duration(200 * time.Millisecond)},
+		Log: LogConfig{Level: "debug", Format: "json"},
+		Cluster: ClusterConfig{NodeID: "n1", Listen: "127.0.0.1:7422", Advertise: "10.0.0.1:7422",
+			Peers: []string{"n2@10.0.0.2:7422", "n3@10.0.0.3:7422"}, Bootstrap: true,
+			TLSCert: "c.pem", TLSKey: "k.pem", TLSCA: "ca.pem"},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("after Set\n got %+v\nwant %+v", c, want)

@@ -31,4 +31,12 @@
 // ShutdownTimeout, then closes the broker, which checkpoints and syncs
 // every queue log and closes the metadata store. Only then does Run
 // return.
+//
+// # Fault injection (test builds only)
+//
+// Built with -tags faultinject, which only the acceptance suite does
+// (make build and make package never), Run stores through pebble's
+// errorfs and the admin API gains /debug/fault, which fails every write or
+// every fdatasync of one queue's segment files until disarmed
+// (fault_inject.go). Such a binary logs a warning at start.
 package daemon

@@ -18,6 +18,8 @@ import (
 	"github.com/fibril-edge/fibril/appliance/admin"
 	"github.com/fibril-edge/fibril/appliance/dashboard"
 	"github.com/fibril-edge/fibril/appliance/server"
+	"github.com/fibril-edge/fibril/bridge"
+	"github.com/fibril-edge/fibril/federation"
 	"github.com/fibril-edge/fibril/internal/sdnotify"
 )
 
@@ -54,7 +56,27 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	dataDir, _ := filepath.Abs(cfg.Storage.DataDir)
 	metrics := admin.NewMetrics()
+	if faultInjection {
+		log.Warn("storage fault injection compiled in (-tags faultinject): a test build, never for production")
+	}
+	// The client listener opens first: a cluster node publishes its
+	// address in the member list.
+	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Server.Listen, err)
+	}
+	var cluster *federation.Cluster
+	var replication appliance.Replication
+	if cfg.Cluster.Enabled() {
+		if cluster, err = openCluster(cfg, ln.Addr().String(), log); err != nil {
+			_ = ln.Close()
+			return err
+		}
+		replication = cluster
+	}
 	b, err := appliance.Open(appliance.Options{
+		Replication:     replication,
+		FS:              storageFS(),
 		Observer:        metrics,
 		DataDir:         cfg.Storage.DataDir,
 		Logger:          log,
@@ -62,36 +84,41 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		TailCacheBytes:  int64(cfg.Storage.TailCache),
 		DiskBudgetBytes: int64(cfg.Storage.DiskBudget),
 		MinFreeBytes:    minFree(cfg.Storage.MinFree),
+		CheckpointDelay: time.Duration(cfg.Storage.CheckpointDelay),
 	})
 	if err != nil {
-		return fmt.Errorf("open broker in %s: %w", dataDir, err)
+		_ = ln.Close()
+		return errors.Join(fmt.Errorf("open broker in %s: %w", dataDir, err), closeCluster(cluster))
+	}
+	if cluster != nil {
+		cluster.Bind(b)
 	}
 	log.Info("broker open", "data_dir", dataDir, "queues", len(b.QueueNames()))
 	for name, qerr := range b.QueueErrors() {
 		log.Error("queue not served", "queue", name, "err", qerr)
 	}
+	if cluster != nil {
+		srvOpts.Cluster = cluster
+	}
 	srv, err := server.New(b, srvOpts)
 	if err != nil {
-		return errors.Join(err, closeBroker(b, log))
-	}
-	ln, err := net.Listen("tcp", cfg.Server.Listen)
-	if err != nil {
-		return errors.Join(fmt.Errorf("listen on %s: %w", cfg.Server.Listen, err), closeBroker(b, log))
+		_ = ln.Close()
+		return errors.Join(err, closeBroker(b, log), closeCluster(cluster))
 	}
 	log.Info("listening", "proto", "fibril", "addr", ln.Addr().String(), "tls", srvOpts.TLS != nil,
 		"auth", len(srvOpts.Tokens) > 0)
 	var running atomic.Pointer[runningBridges] // set once the bridges start
-	adm, err := startAdmin(cfg, b, metrics, srv, func() any { return running.Load().stats() }, log)
+	adm, err := startAdmin(cfg, b, metrics, srv, func() []bridge.Stats { return running.Load().stats() }, cluster, log)
 	if err != nil {
 		_ = ln.Close()
-		return errors.Join(err, closeBroker(b, log))
+		return errors.Join(err, closeBroker(b, log), closeCluster(cluster))
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	bridges, err := startBridges(cfg, loopbackAddr(ln.Addr()), log)
+	bridges, err := startBridges(cfg, loopbackAddr(ln.Addr()), srvOpts.TLS, queueExists(b), log)
 	if err != nil { // cannot happen: Validate checked the bridges' options
 		adm.shutdown(context.Background(), log)
-		return errors.Join(err, srv.Shutdown(context.Background()), closeBroker(b, log))
+		return errors.Join(err, srv.Shutdown(context.Background()), closeBroker(b, log), closeCluster(cluster))
 	}
 	running.Store(bridges)
 	notify(log, sdnotify.StateReady) // every queue log recovered, listeners bound
@@ -122,7 +149,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if served != nil {
 		<-served // ErrServerClosed
 	}
-	if err := closeBroker(b, log); err != nil {
+	if err := errors.Join(closeBroker(b, log), closeCluster(cluster)); err != nil {
 		return errors.Join(runErr, err)
 	}
 	log.Info("stopped")
@@ -178,13 +205,19 @@ type adminServer struct {
 
 // startAdmin serves the admin API on cfg's [admin] listen address, with
 // the [server] tokens.
-func startAdmin(cfg Config, b *appliance.Broker, m *admin.Metrics, srv *server.Server, bridges func() any, log *slog.Logger) (*adminServer, error) {
+func startAdmin(cfg Config, b *appliance.Broker, m *admin.Metrics, srv *server.Server, bridges func() []bridge.Stats,
+	cluster *federation.Cluster, log *slog.Logger) (*adminServer, error) {
 	if cfg.Admin.Listen == "" {
 		log.Info("admin API off: [admin] listen is empty")
 		return &adminServer{}, nil
 	}
-	api, err := admin.New(b, admin.Options{Tokens: cfg.Server.Tokens, Logger: log, Metrics: m,
-		ServerConnections: srv.Connections, UI: dashboard.Handler(), Version: Version, Bridges: bridges})
+	opts := admin.Options{Tokens: cfg.Server.Tokens, Logger: log, Metrics: m,
+		ServerConnections: srv.Connections, UI: dashboard.Handler(), Version: Version, Bridges: bridges}
+	if cluster != nil {
+		opts.Cluster = func() (federation.View, bool) { return cluster.View(), true }
+		opts.ClusterOps = cluster
+	}
+	api, err := admin.New(b, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +227,7 @@ func startAdmin(cfg Config, b *appliance.Broker, m *admin.Metrics, srv *server.S
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &adminServer{
-		http: &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		http: &http.Server{Handler: withFaultAPI(api.Handler()), ReadHeaderTimeout: 10 * time.Second,
 			BaseContext: func(net.Listener) context.Context { return ctx },
 			ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
 		cancel: cancel,

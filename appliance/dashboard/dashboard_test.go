@@ -23,6 +23,8 @@ func TestHandler(t *testing.T) {
 		{"GET", "/assets/style.css", 200, "text/css", "table.stack"},
 		{"GET", "/assets/js/app.js", 200, "text/javascript", "hashchange"},
 		{"GET", "/assets/js/api.js", 200, "text/javascript", "api/settings"},
+		{"GET", "/assets/js/bridges.js", 200, "text/javascript", "api/bridges"},
+		{"GET", "/assets/js/cluster.js", 200, "text/javascript", "written next"},
 		{"GET", "/assets/", 404, "", ""},    // no listings
 		{"GET", "/assets/js/", 404, "", ""}, // no listings
 		{"GET", "/assets/index.html", 404, "", ""},

@@ -14,6 +14,12 @@
 //	#/settings      the runtime settings, changed with PUT /api/settings
 //	#/node          node figures: disk, sync latency and process figures
 //	                from /metrics when it serves them, totals of /api/queues
+//	#/bridges       the NATS bridges: state, missing queues, counters
+//	#/cluster       a cluster member's /api/cluster: members, leader, per
+//	                queue the policy, per partition owner, followers,
+//	                epoch, how the policy reads ("written on 2 of 3") and
+//	                the followers' written and durable progress; its link
+//	                shows only while /api/cluster answers 200
 //
 // Every figure that reports progress names its boundary: written (handed to
 // the operating system) or durable (covered by a completed fdatasync). Rates

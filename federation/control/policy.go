@@ -1,7 +1,6 @@
 package control
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -11,7 +10,7 @@ import (
 
 // ErrInvalidPolicy is returned for a policy string that does not parse or
 // does not fit the cluster.
-var ErrInvalidPolicy = errors.New("invalid replication policy")
+var ErrInvalidPolicy = fmt.Errorf("invalid replication policy: %w", appliance.ErrInvalid)
 
 // PolicyKind names the rule that decides how many copies a confirm and a
 // delivery wait for.

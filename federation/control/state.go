@@ -1,7 +1,6 @@
 package control
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -23,11 +22,11 @@ const (
 var (
 	// ErrNotEnoughMembers: the policy needs more replicas than the
 	// cluster has members.
-	ErrNotEnoughMembers = errors.New("not enough cluster members for the policy")
+	ErrNotEnoughMembers = fmt.Errorf("not enough cluster members for the policy: %w", appliance.ErrInvalid)
 	// ErrUnknownQueue: no such queue in the cluster.
-	ErrUnknownQueue = errors.New("unknown queue")
+	ErrUnknownQueue = fmt.Errorf("unknown cluster queue: %w", appliance.ErrNotFound)
 	// ErrUnknownSetting: not a cluster setting.
-	ErrUnknownSetting = errors.New("unknown cluster setting")
+	ErrUnknownSetting = fmt.Errorf("unknown cluster setting: %w", appliance.ErrInvalid)
 )
 
 // Member is a node of the cluster. Voters take part in raft; every member

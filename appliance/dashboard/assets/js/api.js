@@ -80,6 +80,17 @@ export async function node() {
     throw e;
   }
 }
+// cluster is GET /api/cluster (members, leader, assignments, followers'
+// progress); null on a solo node, which answers 404.
+export async function cluster() {
+  try {
+    return await get('api/cluster');
+  } catch (e) {
+    if (e.status === 404) return null;
+    throw e;
+  }
+}
+
 export const putSettings = s => request('PUT', 'api/settings', s);
 
 // normQueue reads a queue object of the admin API. The fields are

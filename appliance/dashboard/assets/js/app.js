@@ -8,6 +8,8 @@ import { queuesPage } from './queues.js';
 import { queuePage } from './queue.js';
 import { settingsPage } from './settings.js';
 import { nodePage } from './node.js';
+import { bridgesPage } from './bridges.js';
+import { clusterPage } from './cluster.js';
 
 const refreshMs = 1000;
 const main = document.getElementById('main');
@@ -36,6 +38,8 @@ function route() {
       return parts.length > 1 && parts[1] !== '' ? queuePage(root, rates, decodeURIComponent(parts.slice(1).join('/'))) : queuesPage(root, rates);
     case 'settings': return settingsPage(root);
     case 'node': return nodePage(root, rates);
+    case 'bridges': return bridgesPage(root, rates);
+    case 'cluster': return clusterPage(root);
     default: return null;
   }
 }
@@ -74,7 +78,21 @@ async function tick(gen) {
   }
 }
 
+// probeCluster shows the Cluster link only while the node answers
+// /api/cluster (a cluster member; a solo node answers 404). The link's
+// data-probed says what the last probe found: member, solo or unknown.
+async function probeCluster() {
+  const link = document.getElementById('nav-cluster');
+  let found = 'unknown'; // unreachable or no token yet: probed again on the next page change
+  try {
+    found = (await api.cluster()) ? 'member' : 'solo';
+  } catch { /* keep unknown */ }
+  link.hidden = found !== 'member';
+  link.dataset.probed = found;
+}
+
 function show() {
+  probeCluster();
   generation++;
   clearTimeout(timer);
   page = route();

@@ -1,0 +1,156 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/federation"
+	"github.com/fibril-edge/fibril/federation/control"
+)
+
+// ClusterOps changes the cluster from the admin API: declarations go
+// through the control plane (with a replication policy), and a node can be
+// asked to join a cluster through a peer.
+type ClusterOps interface {
+	DeclarePolicy(ctx context.Context, c appliance.QueueConfig, policy string) (control.Queue, bool, error)
+	JoinVia(ctx context.Context, peer string) error
+	Owner(queue string) (id, addr string, ok bool)
+}
+
+// declareInCluster answers POST /api/queues on a cluster node. When this
+// node serves the queue the reply is the usual queue view; otherwise the
+// declaration and the node serving it.
+func (s *Server) declareInCluster(r *http.Request, cfg appliance.QueueConfig, policy string) (int, any, error) {
+	q, created, err := s.opts.ClusterOps.DeclarePolicy(r.Context(), cfg, policy)
+	if err != nil {
+		return 0, nil, err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	if in, err := s.b.QueueInfo(cfg.Name); err == nil {
+		return status, declareReply{Created: created, Queue: viewQueue(in)}, nil
+	}
+	owner, addr, _ := s.opts.ClusterOps.Owner(cfg.Name)
+	return status, map[string]any{"created": created, "queue": map[string]any{
+		"name": q.Config.Name, "durability": q.Config.Durability.String(), "partitions": q.Config.Partitions,
+		"policy": q.Policy.String(), "warnings": q.Warnings, "served_by": owner, "served_at": addr,
+	}}, nil
+}
+
+type joinRequest struct {
+	Peer string `json:"peer"`
+}
+
+// joinCluster answers POST /api/cluster/join {"peer": "host:port"}.
+func (s *Server) joinCluster(r *http.Request) (int, any, error) {
+	if s.opts.ClusterOps == nil {
+		return 0, nil, errNotClustered
+	}
+	var req joinRequest
+	if err := decode(r, maxRequest, &req); err != nil {
+		return 0, nil, err
+	}
+	if _, port, err := net.SplitHostPort(req.Peer); err != nil || port == "" {
+		return 0, nil, invalid("peer %q: want the host:port of a member's cluster port", req.Peer)
+	}
+	if err := s.opts.ClusterOps.JoinVia(r.Context(), req.Peer); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]any{"joined": true, "peer": req.Peer}, nil
+}
+
+// errNotClustered answers GET /api/cluster on a solo node.
+var errNotClustered = &Error{Status: http.StatusNotFound, Code: "not_clustered",
+	Err: errors.New("this node is not a cluster member")}
+
+// getCluster answers GET /api/cluster: the cluster as this node sees it.
+func (s *Server) getCluster(*http.Request) (int, any, error) {
+	v, ok := s.clusterView()
+	if !ok {
+		return 0, nil, errNotClustered
+	}
+	// Empty lists rather than null, without touching the caller's slices.
+	if v.Members == nil {
+		v.Members = []control.Member{}
+	}
+	if v.Queues == nil {
+		v.Queues = []federation.QueueView{}
+	}
+	return http.StatusOK, v, nil
+}
+
+// clusterView is Options.Cluster's answer; false on a solo node.
+func (s *Server) clusterView() (federation.View, bool) {
+	if s.opts.Cluster == nil {
+		return federation.View{}, false
+	}
+	return s.opts.Cluster()
+}
+
+// clusterCollector exports the cluster's membership, leadership and, for
+// the partitions this node owns, each follower's reported progress and the
+// visibility ceiling. It is registered only when Options.Cluster is set,
+// and exports nothing while Cluster answers false.
+type clusterCollector struct {
+	view func() (federation.View, bool)
+}
+
+var (
+	descClusterMembers   = desc("fibril_cluster_members", "Members of the cluster, voters or not.")
+	descClusterIsLeader  = desc("fibril_cluster_is_leader", "1 while this node is the cluster's raft leader, else 0.")
+	descClusterHasLeader = desc("fibril_cluster_has_leader", "1 while this node knows a cluster leader, else 0.")
+	descFollowerNext     = desc("fibril_replica_follower_next",
+		"Next offset a follower of a partition this node owns reports, at the boundary written (handed to its operating system) or durable (synced).",
+		"queue", "partition", "follower", "boundary")
+	descReplicaCeiling = desc("fibril_replica_ceiling",
+		"Visibility ceiling of a partition this node owns: the next offset enough followers hold for its policy; nothing at or above it is delivered. Absent when the owner alone suffices.",
+		partitionLabels...)
+)
+
+// Describe implements prometheus.Collector.
+func (c clusterCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descClusterMembers, descClusterIsLeader, descClusterHasLeader, descFollowerNext, descReplicaCeiling} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
+	v, ok := c.view()
+	if !ok {
+		return
+	}
+	gauge := func(d *prometheus.Desc, x float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, x, labels...)
+	}
+	gauge(descClusterMembers, float64(len(v.Members)))
+	gauge(descClusterIsLeader, bool01(v.Leader != "" && v.Leader == v.NodeID))
+	gauge(descClusterHasLeader, bool01(v.Leader != ""))
+	for _, q := range v.Queues {
+		for _, p := range q.Partitions {
+			idx := strconv.Itoa(p.Partition)
+			for f, pr := range p.Progress {
+				gauge(descFollowerNext, float64(pr.WrittenNext), q.Name, idx, f, "written")
+				gauge(descFollowerNext, float64(pr.DurableNext), q.Name, idx, f, "durable")
+			}
+			if p.Ceiling != nil {
+				gauge(descReplicaCeiling, float64(*p.Ceiling), q.Name, idx)
+			}
+		}
+	}
+}
+
+func bool01(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,242 @@
+package admin
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/federation"
+	"github.com/fibril-edge/fibril/federation/control"
+)
+
+// fakeCluster is a cluster view the daemon would pass in, changeable while
+// the server runs.
+type fakeCluster struct {
+	mu     sync.Mutex
+	view   federation.View
+	member bool
+}
+
+func (c *fakeCluster) get() (federation.View, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.view, c.member
+}
+
+func (c *fakeCluster) set(v federation.View, member bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.view, c.member = v, member
+}
+
+// threeNodes is n1's view of a three-node cluster led by n1, owning one
+// partition of each queue: the durable queue's followers have reported
+// progress, written ahead of durable.
+func threeNodes() federation.View {
+	ceiling := uint64(90)
+	return federation.View{
+		NodeID: "n1", Leader: "n1",
+		Members: []control.Member{
+			{ID: "n1", ClusterAddr: "127.0.0.1:7431", ClientAddr: "127.0.0.1:7420", Voter: true},
+			{ID: "n2", ClusterAddr: "127.0.0.1:7432", ClientAddr: "127.0.0.1:7422", Voter: true},
+			{ID: "n3", ClusterAddr: "127.0.0.1:7433", Voter: false},
+		},
+		Queues: []federation.QueueView{
+			{Name: "orders", Durability: "durable", Policy: "replica_durable:2",
+				Partitions: []federation.PartitionView{
+					{Partition: 0, Owner: "n1", Followers: []string{"n2", "n3"}, Epoch: 3, Reads: "durable on 2 of 3",
+						Ceiling: &ceiling, Progress: map[string]federation.FollowerProgress{
+							"n2": {WrittenNext: 120, DurableNext: 90},
+							"n3": {WrittenNext: 110, DurableNext: 80},
+						}},
+					{Partition: 1, Owner: "n2", Followers: []string{"n1", "n3"}, Epoch: 1, Reads: "durable on 2 of 3"},
+				}},
+			{Name: "clicks", Durability: "buffered", Policy: "replica_buffered:1",
+				Partitions: []federation.PartitionView{
+					{Partition: 0, Owner: "n1", Followers: []string{"n3"}, Epoch: 1, Reads: "written on 1 of 2",
+						Progress: map[string]federation.FollowerProgress{"n3": {WrittenNext: 7, DurableNext: 0}}},
+				}},
+		},
+	}
+}
+
+// GET /api/cluster: 404 with the usual error body on a solo node (no
+// Cluster func, or one that answers false), the view as JSON on a member,
+// behind the same auth as the rest of the API.
+func TestClusterAPI(t *testing.T) {
+	for _, opts := range []Options{{}, {Cluster: func() (federation.View, bool) { return federation.View{}, false }}} {
+		f := newFixture(t, opts)
+		e := f.do("GET", "/api/cluster", nil).wantError(t, http.StatusNotFound, "not_clustered")
+		if e.Error != "this node is not a cluster member" {
+			t.Errorf("solo node's error %q", e.Error)
+		}
+	}
+
+	fc := &fakeCluster{view: threeNodes(), member: true}
+	f := newFixture(t, Options{Tokens: []string{"s3cret"}, Cluster: fc.get})
+	f.do("GET", "/api/cluster", nil).wantError(t, http.StatusUnauthorized, "unauthorized")
+	f.token = "s3cret"
+	var got federation.View
+	f.do("GET", "/api/cluster", nil).want(t, http.StatusOK, &got)
+	if want := threeNodes(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("GET /api/cluster:\ngot  %+v\nwant %+v", got, want)
+	}
+	// The field names are the API's, written and durable kept apart.
+	var raw struct {
+		Queues []struct {
+			Partitions []map[string]json.RawMessage `json:"partitions"`
+		} `json:"queues"`
+	}
+	f.do("GET", "/api/cluster", nil).want(t, http.StatusOK, &raw)
+	if p := raw.Queues[0].Partitions[0]; string(p["reads"]) != `"durable on 2 of 3"` ||
+		!bytes.Contains(p["progress"], []byte(`"n2": {`)) || !bytes.Contains(p["progress"], []byte(`"written_next": 120`)) ||
+		!bytes.Contains(p["progress"], []byte(`"durable_next": 90`)) {
+		t.Errorf("partition as JSON: %s", mustJSON(t, p))
+	}
+
+	// A node that has joined but knows nothing yet answers lists, not null.
+	fc.set(federation.View{NodeID: "n1"}, true)
+	r := f.do("GET", "/api/cluster", nil).want(t, http.StatusOK, nil)
+	for _, field := range []string{`"members": []`, `"queues": []`, `"leader": ""`} {
+		if !bytes.Contains(r.body, []byte(field)) {
+			t.Errorf("empty view %s lacks %s", r.body, field)
+		}
+	}
+
+	// Leaving the cluster: 404 again.
+	fc.set(federation.View{}, false)
+	f.do("GET", "/api/cluster", nil).wantError(t, http.StatusNotFound, "not_clustered")
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// clusterLines returns the scrape's sample lines of the cluster and replica
+// families, sorted.
+func clusterLines(body []byte) []string {
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	for sc.Scan() {
+		l := sc.Text()
+		if strings.HasPrefix(l, "fibril_cluster_") || strings.HasPrefix(l, "fibril_replica_") {
+			out = append(out, l)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// The cluster metrics follow the view at each scrape: membership and
+// leadership, and on owned partitions each follower's written and durable
+// progress as separate series and the ceiling where there is one.
+func TestClusterMetrics(t *testing.T) {
+	fc := &fakeCluster{view: threeNodes(), member: true}
+	f := newFixture(t, Options{Cluster: fc.get})
+	r := f.do("GET", "/metrics", nil).want(t, http.StatusOK, nil)
+	want := []string{
+		`fibril_cluster_has_leader 1`,
+		`fibril_cluster_is_leader 1`,
+		`fibril_cluster_members 3`,
+		`fibril_replica_ceiling{partition="0",queue="orders"} 90`,
+		`fibril_replica_follower_next{boundary="durable",follower="n2",partition="0",queue="orders"} 90`,
+		`fibril_replica_follower_next{boundary="durable",follower="n3",partition="0",queue="clicks"} 0`,
+		`fibril_replica_follower_next{boundary="durable",follower="n3",partition="0",queue="orders"} 80`,
+		`fibril_replica_follower_next{boundary="written",follower="n2",partition="0",queue="orders"} 120`,
+		`fibril_replica_follower_next{boundary="written",follower="n3",partition="0",queue="clicks"} 7`,
+		`fibril_replica_follower_next{boundary="written",follower="n3",partition="0",queue="orders"} 110`,
+	}
+	if got := clusterLines(r.body); !slices.Equal(got, want) {
+		t.Fatalf("cluster series:\ngot  %q\nwant %q", got, want)
+	}
+	for _, typ := range []string{"# TYPE fibril_cluster_members gauge", "# TYPE fibril_replica_follower_next gauge", "# TYPE fibril_replica_ceiling gauge"} {
+		if !bytes.Contains(r.body, []byte(typ+"\n")) {
+			t.Errorf("scrape lacks %s", typ)
+		}
+	}
+
+	// A follower's view during an election: no leader known, no owned
+	// partitions, so no replica series.
+	v := threeNodes()
+	v.NodeID, v.Leader = "n3", ""
+	for i := range v.Queues {
+		for j := range v.Queues[i].Partitions {
+			v.Queues[i].Partitions[j].Ceiling, v.Queues[i].Partitions[j].Progress = nil, nil
+		}
+	}
+	fc.set(v, true)
+	r = f.do("GET", "/metrics", nil).want(t, http.StatusOK, nil)
+	want = []string{`fibril_cluster_has_leader 0`, `fibril_cluster_is_leader 0`, `fibril_cluster_members 3`}
+	if got := clusterLines(r.body); !slices.Equal(got, want) {
+		t.Fatalf("cluster series without a leader:\ngot  %q\nwant %q", got, want)
+	}
+	v.Leader = "n1"
+	fc.set(v, true)
+	r = f.do("GET", "/metrics", nil).want(t, http.StatusOK, nil)
+	want = []string{`fibril_cluster_has_leader 1`, `fibril_cluster_is_leader 0`, `fibril_cluster_members 3`}
+	if got := clusterLines(r.body); !slices.Equal(got, want) {
+		t.Fatalf("cluster series on a follower:\ngot  %q\nwant %q", got, want)
+	}
+
+	// Out of the cluster: nothing.
+	fc.set(federation.View{}, false)
+	r = f.do("GET", "/metrics", nil).want(t, http.StatusOK, nil)
+	if got := clusterLines(r.body); len(got) != 0 {
+		t.Fatalf("cluster series on a node out of the cluster: %q", got)
+	}
+}
+
+// fakeOps records what the API asks of the cluster.
+type fakeOps struct {
+	policy string
+	peer   string
+}
+
+func (o *fakeOps) DeclarePolicy(_ context.Context, c appliance.QueueConfig, policy string) (control.Queue, bool, error) {
+	o.policy = policy
+	if policy == "quorum" {
+		return control.Queue{}, false, control.ErrInvalidPolicy
+	}
+	c.Durability = appliance.Durable
+	return control.Queue{Config: c, Policy: control.Policy{Kind: control.MajorityDurable}}, true, nil
+}
+
+func (o *fakeOps) JoinVia(_ context.Context, peer string) error { o.peer = peer; return nil }
+
+func (o *fakeOps) Owner(string) (string, string, bool) { return "n2", "10.0.0.2:7420", true }
+
+// On a cluster node, declarations go through the cluster with their
+// policy and join asks the cluster; on a solo node a policy is refused.
+func TestClusterDeclareAndJoin(t *testing.T) {
+	solo := newFixture(t, Options{})
+	solo.do("POST", "/api/queues", map[string]any{"name": "q", "policy": "majority_durable"}).wantError(t, 400, "invalid")
+	solo.do("POST", "/api/cluster/join", map[string]any{"peer": "127.0.0.1:7422"}).wantError(t, 404, "not_clustered")
+
+	ops := &fakeOps{}
+	f := newFixture(t, Options{ClusterOps: ops})
+	var reply map[string]any
+	f.do("POST", "/api/queues", map[string]any{"name": "orders", "policy": "majority_durable"}).want(t, 201, &reply)
+	q := reply["queue"].(map[string]any)
+	if ops.policy != "majority_durable" || q["served_by"] != "n2" || q["policy"] != "majority_durable" || q["durability"] != "durable" {
+		t.Fatalf("declare through the cluster: ops %+v, reply %+v", ops, reply)
+	}
+	f.do("POST", "/api/queues", map[string]any{"name": "x", "policy": "quorum"}).wantError(t, 400, "invalid")
+	f.do("POST", "/api/cluster/join", map[string]any{"peer": "nowhere"}).wantError(t, 400, "invalid")
+	f.do("POST", "/api/cluster/join", map[string]any{"peer": "10.0.0.1:7422"}).want(t, 200, nil)
+	if ops.peer != "10.0.0.1:7422" {
+		t.Fatalf("joined via %q", ops.peer)
+	}
+}

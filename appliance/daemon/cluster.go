@@ -1,0 +1,192 @@
+package daemon
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fibril-edge/fibril/appliance/client"
+	"github.com/fibril-edge/fibril/appliance/server"
+	"github.com/fibril-edge/fibril/federation"
+)
+
+// ClusterConfig joins fibrild to a cluster (package federation). With an
+// empty listen the node runs solo and the other keys are ignored.
+type ClusterConfig struct {
+	NodeID    string   `toml:"node_id" help:"this node's id in the cluster; default the host name"`
+	Listen    string   `toml:"listen" help:"cluster port for raft, control requests and replication; empty: a solo node"`
+	Advertise string   `toml:"advertise" help:"cluster address peers dial; default the listen address"`
+	Peers     []string `toml:"peers" help:"the other voters as id@host:port, comma-separated"`
+	Bootstrap Bool     `toml:"bootstrap" help:"form the cluster from this node and peers on its first start (true or false)"`
+	NonVoter  Bool     `toml:"non_voter" help:"host replicas without a vote in the control plane (true or false)"`
+	TLSCert   string   `toml:"tls_cert" help:"cluster port TLS certificate (PEM file); with tls_key and tls_ca, mutual TLS between nodes"`
+	TLSKey    string   `toml:"tls_key" help:"cluster port TLS private key (PEM file)"`
+	TLSCA     string   `toml:"tls_ca" help:"CA bundle (PEM file) that signs every node's cluster certificate"`
+}
+
+// Enabled reports whether the node is a cluster member.
+func (c ClusterConfig) Enabled() bool { return c.Listen != "" }
+
+// Bool is a config boolean that flags set as "true" or "false".
+type Bool bool
+
+// UnmarshalText reads true or false.
+func (b *Bool) UnmarshalText(p []byte) error {
+	switch strings.ToLower(string(p)) {
+	case "true", "yes", "on", "1":
+		*b = true
+	case "false", "no", "off", "0", "":
+		*b = false
+	default:
+		return fmt.Errorf("%q is not true or false", p)
+	}
+	return nil
+}
+
+func (b Bool) String() string { return fmt.Sprint(bool(b)) }
+
+// peers parses "id@host:port" entries.
+func (c ClusterConfig) peers() ([]federation.Peer, error) {
+	var out []federation.Peer
+	for _, p := range c.Peers {
+		id, addr, ok := strings.Cut(p, "@")
+		if !ok || id == "" {
+			return nil, fmt.Errorf("peer %q: want id@host:port", p)
+		}
+		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+			return nil, fmt.Errorf("peer %q: %q is not a host:port address", p, addr)
+		}
+		out = append(out, federation.Peer{ID: id, Addr: addr})
+	}
+	return out, nil
+}
+
+// clusterProblems checks [cluster] when it is on.
+func (c Config) clusterProblems() []Problem {
+	cl := c.Cluster
+	if !cl.Enabled() {
+		return nil
+	}
+	var problems []Problem
+	bad := func(key, format string, args ...any) {
+		problems = append(problems, Problem{Key: key, Msg: fmt.Sprintf(format, args...)})
+	}
+	if _, port, err := net.SplitHostPort(cl.Listen); err != nil || port == "" {
+		bad("cluster.listen", "%q is not a host:port address", cl.Listen)
+	}
+	if cl.Advertise != "" {
+		if _, port, err := net.SplitHostPort(cl.Advertise); err != nil || port == "" || port == "0" {
+			bad("cluster.advertise", "%q is not a host:port address with a fixed port", cl.Advertise)
+		}
+	}
+	if _, err := cl.peers(); err != nil {
+		bad("cluster.peers", "%v", err)
+	}
+	if cl.Bootstrap && cl.NonVoter {
+		bad("cluster.bootstrap", "a non-voter cannot bootstrap the cluster")
+	}
+	tlsSet := 0
+	for _, v := range []string{cl.TLSCert, cl.TLSKey, cl.TLSCA} {
+		if v != "" {
+			tlsSet++
+		}
+	}
+	if tlsSet != 0 && tlsSet != 3 {
+		bad("cluster.tls_cert", "tls_cert, tls_key and tls_ca go together: set all three or none")
+	}
+	return problems
+}
+
+// clusterTLS builds the cluster port's mutual TLS from [cluster].
+func clusterTLS(cl ClusterConfig) (server, client *tls.Config, err error) {
+	if cl.TLSCert == "" {
+		return nil, nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(cl.TLSCert, cl.TLSKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster.tls_cert: %w", err)
+	}
+	pem, err := os.ReadFile(cl.TLSCA)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster.tls_ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, nil, fmt.Errorf("cluster.tls_ca: no certificate in %s", cl.TLSCA)
+	}
+	server, client = federation.MutualTLS(cert, pool)
+	return server, client, nil
+}
+
+// openCluster opens the node's control plane and its store of copies
+// under the data directory: cluster/ (raft) and replicas/.
+func openCluster(cfg Config, clientAddr string, log *slog.Logger) (*federation.Cluster, error) {
+	cl := cfg.Cluster
+	peers, err := cl.peers()
+	if err != nil {
+		return nil, err
+	}
+	srvTLS, cliTLS, err := clusterTLS(cl)
+	if err != nil {
+		return nil, err
+	}
+	id := cl.NodeID
+	if id == "" {
+		if id, err = os.Hostname(); err != nil {
+			return nil, fmt.Errorf("cluster.node_id is empty and the host name is unknown: %w", err)
+		}
+	}
+	c, err := federation.OpenCluster(federation.ClusterOptions{
+		Node: federation.Options{ID: id, Dir: filepath.Join(cfg.Storage.DataDir, "cluster"), Listen: cl.Listen,
+			Advertise: cl.Advertise, ClientAddr: clientAddr, NonVoter: bool(cl.NonVoter), Peers: peers,
+			Bootstrap: bool(cl.Bootstrap), ServerTLS: srvTLS, ClientTLS: cliTLS, ElectionTimeout: time.Second,
+			Logger: log},
+		ReplicaDir:         filepath.Join(cfg.Storage.DataDir, "replicas"),
+		ReplicaSegmentSize: int64(cfg.Storage.SegmentSize),
+		Forward:            forwardOptions(cfg, cliTLS),
+	})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("listening", "proto", "cluster", "addr", c.Node().ClusterAddr(), "node", id,
+		"voter", !bool(cl.NonVoter), "tls", srvTLS != nil)
+	return c, nil
+}
+
+// forwardOptions are the client options a node forwards publishes with:
+// the first [server] token, and TLS when [server] serves it (trusting the
+// cluster CA when [cluster] has one, else the system's roots).
+func forwardOptions(cfg Config, clusterClientTLS *tls.Config) client.Options {
+	o := client.Options{ClientName: "fibrild-forward"}
+	if len(cfg.Server.Tokens) > 0 {
+		o.Token = cfg.Server.Tokens[0]
+	}
+	if cfg.Server.TLSCert != "" {
+		o.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+		if clusterClientTLS != nil {
+			o.TLS = clusterClientTLS.Clone()
+			o.TLS.Certificates = nil
+		}
+	}
+	return o
+}
+
+// closeCluster closes a node's cluster membership, if it has one; after
+// the broker.
+func closeCluster(c *federation.Cluster) error {
+	if c == nil {
+		return nil
+	}
+	if err := c.Close(); err != nil {
+		return fmt.Errorf("close cluster node: %w", err)
+	}
+	return nil
+}
+
+var _ server.Cluster = (*federation.Cluster)(nil)

@@ -1,0 +1,43 @@
+package daemon
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestClusterConfigProblems(t *testing.T) {
+	for _, tc := range []struct {
+		name, toml, key string
+	}{
+		{"bad peer", "[cluster]\nlisten = \"127.0.0.1:7422\"\nbootstrap = true\npeers = [\"10.0.0.2:7422\"]\n", "cluster.peers"},
+		{"non-voter bootstrap", "[cluster]\nlisten = \"127.0.0.1:7422\"\nbootstrap = true\nnon_voter = true\n", "cluster.bootstrap"},
+		{"half TLS", "[cluster]\nlisten = \"127.0.0.1:7422\"\nbootstrap = true\ntls_cert = \"c.pem\"\n", "cluster.tls_cert"},
+		{"bad listen", "[cluster]\nlisten = \"nowhere\"\nbootstrap = true\n", "cluster.listen"},
+		{"advertise port 0", "[cluster]\nlisten = \"127.0.0.1:0\"\nadvertise = \"10.0.0.1:0\"\nbootstrap = true\n", "cluster.advertise"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.toml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.key) {
+				t.Fatalf("Validate = %v, want a problem with %s", err, tc.key)
+			}
+		})
+	}
+	c, err := Parse([]byte("[cluster]\nnode_id = \"n1\"\nlisten = \"127.0.0.1:7422\"\nbootstrap = true\npeers = [\"n2@127.0.0.1:7423\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("a good [cluster]: %v", err)
+	}
+	if peers, _ := c.Cluster.peers(); len(peers) != 1 || peers[0].ID != "n2" || peers[0].Addr != "127.0.0.1:7423" {
+		t.Fatalf("peers %+v", peers)
+	}
+	var b Bool
+	if err := b.UnmarshalText([]byte("maybe")); err == nil {
+		t.Fatal("maybe read as a boolean")
+	}
+}

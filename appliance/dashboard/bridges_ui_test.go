@@ -1,0 +1,84 @@
+package dashboard
+
+import (
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/appliance/admin"
+	"github.com/fibril-edge/fibril/bridge"
+)
+
+// TestDashboardBridges drives the bridges page in headless Chromium: a
+// bridge's state, its missing queue and last error show, and the page
+// follows the report live once the queue exists and messages flow; it fits
+// a 375 px screen.
+func TestDashboardBridges(t *testing.T) {
+	var mu sync.Mutex
+	report := bridge.Stats{Name: "site", State: bridge.StateReconnecting, Blocked: true,
+		LastError: "fibril: publish to alerts: not_found", MissingQueues: []string{"alerts"},
+		Dropped: map[string]uint64{"not_found": 3}}
+	base := startBridgeNode(t, func() []bridge.Stats {
+		mu.Lock()
+		defer mu.Unlock()
+		return []bridge.Stats{report}
+	})
+	b := startBrowser(t, 1280, 900)
+	card := `main[data-page="bridges"] article[data-bridge="site"]`
+
+	b.do(t, "open the bridges page", chromedp.Navigate(base+"/#/bridges"),
+		chromedp.WaitVisible(chromedp.CSS(card+` [data-field="missing-queues"]`)))
+	for sel, want := range map[string]string{
+		`[data-field="state"]`:          "reconnecting",
+		`[data-field="blocked"]`:        "pulling paused",
+		`[data-field="missing-queues"]`: "alerts",
+		`[data-field="last-error"]`:     "not_found",
+		`dd[data-field="dropped"]`:      "3",
+	} {
+		if got := b.text(t, card+" "+sel); !strings.Contains(strings.ToLower(got), want) { // badges are upper case by style
+			t.Errorf("%s says %q, want %q in it", sel, got, want)
+		}
+	}
+	b.screenshot(t, "dashboard-bridges-missing.png")
+
+	mu.Lock()
+	report.State, report.Blocked, report.MissingQueues, report.LastError = bridge.StateConnected, false, nil, ""
+	report.Received, report.Published, report.JetStreamAcked = 1200, 1200, 1200
+	mu.Unlock()
+	b.waitFor(t, "the published count", number(card+` dd[data-field="published"]`)+` === 1200`, textOf(card+` dd[data-field="published"]`))
+	b.waitFor(t, "the missing queue gone", `document.querySelector('`+card+` [data-field="missing-queues"]') === null`, `'still shown'`)
+	if got := b.text(t, card+` [data-field="state"]`); !strings.EqualFold(got, "connected") {
+		t.Errorf("state says %q after the reconnect", got)
+	}
+
+	b.do(t, "a 375 px screen", chromedp.EmulateViewport(375, 812), chromedp.Navigate(base+"/#/bridges"),
+		chromedp.WaitVisible(chromedp.CSS(card)))
+	b.waitFor(t, "no horizontal overflow at 375 px", `document.documentElement.scrollWidth <= window.innerWidth`,
+		`'scrollWidth ' + document.documentElement.scrollWidth + ' innerWidth ' + window.innerWidth`)
+	b.screenshot(t, "dashboard-bridges-375px.png")
+	b.checkNoExceptions(t)
+}
+
+// startBridgeNode serves the admin API and the dashboard over a fresh
+// broker, with bridges reporting through stats; it returns the base URL.
+func startBridgeNode(t *testing.T, stats func() []bridge.Stats) string {
+	t.Helper()
+	quiet := slog.New(slog.DiscardHandler)
+	b, err := appliance.Open(appliance.Options{DataDir: t.TempDir(), Logger: quiet})
+	if err != nil {
+		t.Fatalf("open broker: %v", err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	srv, err := admin.New(b, admin.Options{UI: Handler(), Logger: quiet, Bridges: stats})
+	if err != nil {
+		t.Fatalf("admin server: %v", err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	return hs.URL
+}

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fibril-edge/fibril/appliance/client"
+	"github.com/fibril-edge/fibril/federation"
+	"github.com/fibril-edge/fibril/internal/fibrildproc"
+)
+
+// freePorts reserves n loopback ports for cluster listeners that must be
+// known before any node starts (each node's peers name the others).
+func freePorts(t *testing.T, n int) []string {
+	t.Helper()
+	var lns []net.Listener
+	var addrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		addrs = append(addrs, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return addrs
+}
+
+// Issue test 5 of federation part 1: three fibrild processes on loopback
+// form a cluster from their configuration; a client declares and
+// publishes through a node that does not own the queue (the publish is
+// forwarded to the owner), consumes through the owner, and every message
+// arrives. A subscription on another node is refused with the owner's
+// address.
+func TestClusterOfThreeProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs three fibrild processes")
+	}
+	bin := buildDaemon(t)
+	ports := freePorts(t, 3)
+	ids := []string{"n1", "n2", "n3"}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	procs := map[string]*fibrildproc.Process{}
+	for i, id := range ids {
+		var peers []string
+		for j, other := range ids {
+			if j != i {
+				peers = append(peers, other+"@"+ports[j])
+			}
+		}
+		p, err := fibrildproc.Start(ctx, fibrildproc.Options{Bin: bin, DataDir: filepath.Join(t.TempDir(), id),
+			Args: []string{"--storage.min_free", "0", "--storage.segment_size", "1MiB",
+				"--cluster.node_id", id, "--cluster.listen", ports[i], "--cluster.peers", strings.Join(peers, ","),
+				"--cluster.bootstrap", "true"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		procs[id] = p
+		t.Cleanup(p.Kill)
+	}
+	clients := map[string]*client.Client{}
+	for id, p := range procs {
+		c, err := client.Dial(ctx, p.Addr, client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients[id] = c
+		t.Cleanup(func() { c.Close() })
+	}
+	// The cluster places copies on the members it has: wait for all three.
+	var v federation.View
+	waitView(t, ctx, procs["n1"].Admin, &v, func() bool { return len(v.Members) == 3 && v.Leader != "" })
+	res, err := clients["n1"].DeclareQueue(ctx, client.Queue("orders").Durable().Partitions(2))
+	if err != nil {
+		t.Fatalf("declare through n1: %v\n%s", err, procs["n1"].Log())
+	}
+	if res.Durability != client.Durable {
+		t.Fatalf("declared %+v", res)
+	}
+	// Find the owner: the one node that accepts the subscription.
+	var owner string
+	var consumer *client.Consumer
+	for _, id := range ids {
+		cons, err := clients[id].Consume(ctx, "orders", 200)
+		if err != nil {
+			if !strings.Contains(err.Error(), "served by node") {
+				t.Fatalf("consume on %s: %v", id, err)
+			}
+			continue
+		}
+		if consumer != nil {
+			t.Fatalf("both %s and %s serve orders", owner, id)
+		}
+		owner, consumer = id, cons
+	}
+	if consumer == nil {
+		t.Fatal("no node serves orders")
+	}
+	defer consumer.Close()
+	// Every node's admin API shows the same placement, as it reads.
+	for _, id := range ids {
+		var v federation.View
+		waitView(t, ctx, procs[id].Admin, &v, func() bool {
+			return len(v.Members) == 3 && v.Leader != "" && len(v.Queues) == 1 && len(v.Queues[0].Partitions) == 2
+		})
+		for _, p := range v.Queues[0].Partitions {
+			if p.Owner != owner || p.Reads != "durable on 2 of 3" || len(p.Followers) != 2 {
+				t.Fatalf("%s shows partition %+v; the owner is %s", id, p, owner)
+			}
+		}
+	}
+	var via string
+	for _, id := range ids {
+		if id != owner {
+			via = id
+			break
+		}
+	}
+	const n = 2000
+	futures := make([]*client.Future, n)
+	for i := range n {
+		futures[i] = clients[via].PublishAsync("orders", client.Message{Key: fmt.Sprint(i % 8), Body: []byte(fmt.Sprint(i))})
+	}
+	for i, f := range futures {
+		if _, err := f.Wait(ctx); err != nil {
+			t.Fatalf("publish %d through %s (owner %s): %v", i, via, owner, err)
+		}
+	}
+	seen := map[string]bool{}
+	for len(seen) < n {
+		select {
+		case d, ok := <-consumer.Messages():
+			if !ok {
+				t.Fatalf("consumer ended after %d messages: %v", len(seen), consumer.Err())
+			}
+			seen[string(d.Body)] = true
+			if err := d.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%d of %d messages consumed on %s", len(seen), n, owner)
+		}
+	}
+	// The admin API declares through the control plane, with a policy.
+	resp, err := http.Post(procs[via].Admin+"/api/queues", "application/json",
+		strings.NewReader(`{"name":"events","policy":"replica_buffered:3"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reply struct {
+		Created bool           `json:"created"`
+		Queue   map[string]any `json:"queue"`
+	}
+	json.NewDecoder(resp.Body).Decode(&reply)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated || reply.Queue["durability"] != "buffered" {
+		t.Fatalf("POST /api/queues with a policy: %d %+v", resp.StatusCode, reply)
+	}
+	resp, err = http.Post(procs[via].Admin+"/api/cluster/join", "application/json", strings.NewReader(`{"peer":"nowhere"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("join via a bad peer address: %d, want 400", resp.StatusCode)
+	}
+}
+
+// waitView polls GET /api/cluster at admin into v until ready holds.
+func waitView(t *testing.T, ctx context.Context, admin string, v *federation.View, ready func() bool) {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		resp, err := http.Get(admin + "/api/cluster")
+		if err == nil {
+			*v = federation.View{}
+			err = json.NewDecoder(resp.Body).Decode(v)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode == http.StatusOK && ready() {
+				return
+			}
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("GET %s/api/cluster never showed the expected view; last %+v (%v)", admin, *v, err)
+		}
+	}
+}
