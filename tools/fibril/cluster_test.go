@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/appliance/admin"
+	"github.com/fibril-edge/fibril/federation"
+	"github.com/fibril-edge/fibril/federation/control"
+)
+
+type joinRecorder struct{ peer string }
+
+func (j *joinRecorder) DeclarePolicy(context.Context, appliance.QueueConfig, string) (control.Queue, bool, error) {
+	return control.Queue{}, false, nil
+}
+func (j *joinRecorder) JoinVia(_ context.Context, peer string) error { j.peer = peer; return nil }
+func (j *joinRecorder) Owner(string) (string, string, bool)        { return "", "", false }
+
+// fibril cluster status prints members, leader and placement with the
+// followers' written and durable progress apart; join sends the peer; on
+// a solo node both say so with exit status 3.
+func TestClusterCommands(t *testing.T) {
+	_, solo := newAdmin(t, "tok")
+	t.Setenv(envToken, "tok")
+	t.Setenv(envAdmin, solo)
+	runCLI("cluster", "status").want(t, 3, "", "not a cluster member")
+	runCLI("cluster", "join", "10.0.0.1:7422").want(t, 3, "", "not a cluster node")
+
+	b, err := appliance.Open(appliance.Options{DataDir: "d", FS: vfs.NewMem(), MinFreeBytes: -1, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ceil := uint64(40)
+	view := federation.View{NodeID: "n1", Leader: "n2",
+		Members: []control.Member{{ID: "n1", ClusterAddr: "10.0.0.1:7422", ClientAddr: "10.0.0.1:7420", Voter: true},
+			{ID: "n2", ClusterAddr: "10.0.0.2:7422", Voter: true}},
+		Queues: []federation.QueueView{{Name: "orders", Durability: "durable", Policy: "majority_durable",
+			Partitions: []federation.PartitionView{{Partition: 0, Owner: "n1", Followers: []string{"n2"}, Epoch: 1,
+				Reads: "durable on 2 of 2", Ceiling: &ceil,
+				Progress: map[string]federation.FollowerProgress{"n2": {WrittenNext: 42, DurableNext: 40}}}}}}}
+	ops := &joinRecorder{}
+	srv, err := admin.New(b, admin.Options{Tokens: []string{"tok"}, Logger: slog.New(slog.DiscardHandler),
+		Cluster: func() (federation.View, bool) { return view, true }, ClusterOps: ops})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	t.Setenv(envAdmin, hs.URL)
+	r := runCLI("cluster", "status")
+	r.want(t, 0, "leader n2", "")
+	r.want(t, 0, "durable on 2 of 2", "")
+	r.want(t, 0, "n2 42/40", "")
+	runCLI("cluster", "status", "--json").want(t, 0, `"reads":"durable on 2 of 2"`, "")
+	runCLI("cluster", "join", "10.0.0.9:7422").want(t, 0, "joined the cluster via 10.0.0.9:7422", "")
+	if ops.peer != "10.0.0.9:7422" {
+		t.Fatalf("join sent %q", ops.peer)
+	}
+	runCLI("cluster", "join", "nowhere").want(t, 2, "", "host:port")
+}
