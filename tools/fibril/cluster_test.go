@@ -20,7 +20,7 @@ func (j *joinRecorder) DeclarePolicy(context.Context, appliance.QueueConfig, str
 	return control.Queue{}, false, nil
 }
 func (j *joinRecorder) JoinVia(_ context.Context, peer string) error { j.peer = peer; return nil }
-func (j *joinRecorder) Owner(string) (string, string, bool)        { return "", "", false }
+func (j *joinRecorder) Owner(string) (string, string, bool)          { return "", "", false }
 
 // fibril cluster status prints members, leader and placement with the
 // followers' written and durable progress apart; join sends the peer; on
