@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -277,8 +278,27 @@ func (b *Broker) Publish(ctx context.Context, queueName string, m Message) (Conf
 	case r := <-ch:
 		return r.c, r.err
 	case <-ctx.Done():
+		if status := b.replicaStatus(queueName); status != "" {
+			return Confirm{}, fmt.Errorf("publish to %s not confirmed in time, waiting for copies (%s): %w", queueName, status, ctx.Err())
+		}
 		return Confirm{}, ctx.Err()
 	}
+}
+
+// replicaStatus describes what a cluster queue's confirms wait for; ""
+// for a solo queue.
+func (b *Broker) replicaStatus(queueName string) string {
+	q, err := b.queue(queueName)
+	if err != nil {
+		return ""
+	}
+	var parts []string
+	for _, p := range q.parts {
+		if p.gate != nil {
+			parts = append(parts, fmt.Sprintf("partition %d: %s", p.idx, p.gate.Status()))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // publishDeadLetter copies a message into a dead-letter queue, declaring it

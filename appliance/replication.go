@@ -22,4 +22,7 @@ type ReplicaGate interface {
 	Floor() uint64
 	// Detach stops replicating the partition (its queue closed).
 	Detach()
+	// Status says what a confirm waiting now needs, for errors: "durable
+	// on 1 of 3 copies, the policy needs 2".
+	Status() string
 }

@@ -270,6 +270,8 @@ func (op *ownedPartition) Wait(stop <-chan struct{}, next uint64) error {
 
 func (op *ownedPartition) Floor() uint64 { return op.gate.Floor() }
 
+func (op *ownedPartition) Status() string { return op.gate.Pending(op.log.WrittenNext()) }
+
 func (op *ownedPartition) Detach() {
 	op.senders.Close()
 	op.c.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -299,7 +300,7 @@ func TestConfirmGateBoundary(t *testing.T) {
 	short, cancelShort := context.WithTimeout(ctx, time.Second)
 	defer cancelShort()
 	_, err := dur.broker.Publish(short, "d", appliance.Message{Body: []byte("stuck")})
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("publish with a follower down: %v, want a timeout", err)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "the policy needs 3") {
+		t.Fatalf("publish with a follower down: %v, want a timeout naming the copies", err)
 	}
 }
