@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/fibril-edge/fibril/tools/fibril/internal/benchutil"
+	"github.com/fibril-edge/fibril/tools/fibril/internal/e2ebench"
+)
+
+// "fibril bench" is registered here, beside the other bench files; its
+// hidden helpers "fibril bench nats-server" and "fibril bench
+// fibrild-profiled" are dispatched by runE2EBench.
+func init() {
+	commands = append(commands, command{path: []string{"bench"},
+		summary: "benchmark fibrild end to end beside NATS JetStream", run: runE2EBench})
+}
+
+const benchHelp = `Usage: fibril bench [flags]
+
+Measures fibrild end to end over its wire protocol, beside NATS JetStream
+(embedded from nats-server, file storage) in the same run, and prints one
+JSON object per run on stdout; progress goes to stderr.
+
+Systems (--systems): fibril-durable and fibril-buffered are two queues on
+one fibrild, the mode set by their declaration; jetstream-always and
+jetstream-default are two NATS servers, each in its own child process (this
+binary, "fibril bench nats-server"), with sync_interval always and the
+default sync. Without --addr, fibrild is started in a temporary directory
+from --fibrild, or the fibrild next to this binary, or on PATH.
+
+Cases (--cases), each with --publishers publishers on their own
+connections, --payload-byte messages and one consumer that acks:
+  rate-100, rate-1k, rate-10k  open-loop steady rates (rate-100 runs twice
+                               --duration, so that p99.9 rests on 1,000 samples)
+  burst                        200 messages every 100 ms
+  saturation                   publish as fast as confirms come, at most
+                               --window publishes in flight per publisher
+Every open-loop message carries its intended send time: latency is from it
+to the confirm and to the delivery, so a stall is never hidden. A run that
+has not confirmed and delivered everything within a grace period after its
+schedule (the larger of 500 ms and a tenth of the schedule) is reported as
+not sustained, with the rate it reached, and without latencies.
+
+Each case runs --runs times; the systems run in ABBA order (forwards in odd
+runs, backwards in even ones). The broker processes are measured from
+/proc: CPU seconds, peak RSS, context switches, bytes written to storage.
+--footprint adds one line per broker process: binary size, RSS and wake-ups per
+second while idle, fsync-family syscalls per second while idle (strace, when
+installed), and start-up time with --startup-bytes in the active segment.
+
+--report writes the tables between marker comments in --doc and a latency
+plot into --img; with --from FILE it reads earlier output instead of running.
+--profile DIR runs the case behind each missed target once more on a fibrild
+under the CPU profiler and saves the pprof profile in DIR.
+`
+
+// benchOptions is the parsed command line of "fibril bench".
+type benchOptions struct {
+	addr, admin  string
+	pid          int
+	fibrild      string
+	dir          string
+	systems      []string
+	cases        []string
+	runs         int
+	duration     time.Duration
+	publishers   int
+	window       int
+	payload      int
+	warmup       int
+	quick        bool
+	footprint    bool
+	idle         time.Duration
+	startupBytes benchutil.ByteSize
+	report       bool
+	from         string
+	doc, img     string
+	progress     bool
+	profileDir   string
+}
+
+var (
+	allSystems = []string{"fibril-durable", "fibril-buffered", "jetstream-always", "jetstream-default"}
+	allCases   = []string{"rate-100", "rate-1k", "rate-10k", "burst", "saturation"}
+)
+
+func parseBenchFlags(args []string, stdout io.Writer) (*benchOptions, error) {
+	o := &benchOptions{startupBytes: 1 << 30}
+	fs := pflag.NewFlagSet("fibril bench", pflag.ContinueOnError)
+	fs.StringVar(&o.addr, "addr", "", "drive a running fibrild at this client address instead of starting one (no process figures unless --pid)")
+	fs.StringVar(&o.admin, "admin", "", "with --addr: its admin API URL, to delete each run's queue")
+	fs.IntVar(&o.pid, "pid", 0, "with --addr: the fibrild's process id, to measure it in /proc")
+	fs.StringVar(&o.fibrild, "fibrild", "", "fibrild binary to start (default: next to this binary, else on PATH)")
+	fs.StringVar(&o.dir, "dir", "", "directory for the brokers' data (default: a temporary directory under the current one, removed afterwards)")
+	fs.StringSliceVar(&o.systems, "systems", allSystems, "systems to run")
+	fs.StringSliceVar(&o.cases, "cases", allCases, "cases to run")
+	fs.IntVar(&o.runs, "runs", 3, "runs of each case")
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "length of each open-loop schedule and saturation run")
+	fs.IntVar(&o.publishers, "publishers", 4, "publishers, each on its own connection")
+	fs.IntVar(&o.window, "window", 256, "publishes in flight per publisher, at most")
+	fs.IntVar(&o.payload, "payload", 1024, "message size in bytes")
+	fs.IntVar(&o.warmup, "warmup", 500, "untimed messages published and consumed before each run")
+	fs.BoolVar(&o.quick, "quick", false, "smoke test in under a minute: one short run of each case, a small start-up segment")
+	fs.BoolVar(&o.footprint, "footprint", true, "measure each system's footprint")
+	fs.DurationVar(&o.idle, "idle", 5*time.Second, "length of the idle measurements of --footprint")
+	fs.Var(&o.startupBytes, "startup-bytes", "bytes published before the start-up measurement of --footprint (0: skip it)")
+	fs.BoolVar(&o.report, "report", false, "write the tables into --doc and the plot into --img")
+	fs.StringVar(&o.from, "from", "", "with --report: read the JSON lines of an earlier run from this file instead of running")
+	fs.StringVar(&o.doc, "doc", "docs/performance.md", "markdown file --report writes its tables into")
+	fs.StringVar(&o.img, "img", "docs/img", "directory --report writes its plot into")
+	fs.BoolVar(&o.progress, "progress", false, "draw the progress bar even when stderr is not a terminal")
+	fs.StringVar(&o.profileDir, "profile", "", "after the runs, run each case behind a missed target again on a fibrild under the CPU profiler and save its pprof profile in this directory")
+	if done, err := parseFlags(fs, benchHelp, args, stdout); done || err != nil {
+		if done {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if err := wantArgs(fs, 0, 0, ""); err != nil {
+		return nil, err
+	}
+	if o.quick {
+		if !fs.Changed("runs") {
+			o.runs = 1
+		}
+		if !fs.Changed("duration") {
+			o.duration = 500 * time.Millisecond
+		}
+		if !fs.Changed("idle") {
+			o.idle = 500 * time.Millisecond
+		}
+		if !fs.Changed("startup-bytes") {
+			o.startupBytes = 4 << 20
+		}
+		if !fs.Changed("warmup") {
+			o.warmup = 100
+		}
+	}
+	return o, o.validate()
+}
+
+func (o *benchOptions) validate() error {
+	for _, s := range o.systems {
+		if !slices.Contains(allSystems, s) {
+			return usagef("--systems: unknown system %q (want %s)", s, strings.Join(allSystems, ", "))
+		}
+	}
+	for _, c := range o.cases {
+		if !slices.Contains(allCases, c) {
+			return usagef("--cases: unknown case %q (want %s)", c, strings.Join(allCases, ", "))
+		}
+	}
+	switch {
+	case o.runs < 1 || o.publishers < 1 || o.window < 1 || o.warmup < 1:
+		return usagef("--runs, --publishers, --window and --warmup must be at least 1")
+	case o.payload < 16:
+		return usagef("--payload must be at least 16 bytes (the send time and index ride in the message)")
+	case o.duration < 100*time.Millisecond:
+		return usagef("--duration must be at least 100ms")
+	case o.from != "" && !o.report:
+		return usagef("--from needs --report")
+	case (o.admin != "" || o.pid != 0) && o.addr == "":
+		return usagef("--admin and --pid go with --addr")
+	}
+	return nil
+}
+
+// runE2EBench is "fibril bench".
+func runE2EBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "nats-server":
+			return runBenchNATSServer(ctx, args[1:], stdout, stderr)
+		case "fibrild-profiled":
+			return runBenchProfiledFibrild(ctx, args[1:], stdout, stderr)
+		}
+	}
+	o, err := parseBenchFlags(args, stdout)
+	if o == nil || err != nil {
+		return err
+	}
+	if o.from != "" {
+		return reportFromFile(o, stderr)
+	}
+	results, err := benchRun(ctx, o, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	if o.report {
+		return writeReport(o, results, stderr)
+	}
+	return nil
+}
+
+// benchRun starts the systems, runs every case and the footprint, and
+// returns what it printed.
+func benchRun(ctx context.Context, o *benchOptions, stdout, stderr io.Writer) (res *e2ebench.Results, err error) {
+	res = &e2ebench.Results{}
+	base, cleanup, err := benchDir(o.dir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cerr := cleanup(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	env, err := benchEnv(base, o.quick)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(stderr, "bench dir %s (fs %s, kernel %s, %d cpus, fsync floor p50 %.0f µs)\n",
+		base, env.FS, env.Kernel, env.CPUs, env.FsyncP50)
+	sys, err := startSystems(ctx, o, base, stderr)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if serr := sys.stop(); serr != nil && err == nil {
+			err = serr
+		}
+	}()
+	if o.footprint {
+		if err := runFootprint(ctx, o, sys, base, env, res, stdout, stderr); err != nil {
+			return res, err
+		}
+	}
+	if err := runCases(ctx, o, sys, env, res, stdout, stderr); err != nil {
+		return res, err
+	}
+	if o.profileDir != "" && o.addr == "" && sys.fibrildBin != "" {
+		if err := profileMissed(ctx, o, res, base, stderr); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}

@@ -1,0 +1,67 @@
+package e2ebench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"time"
+)
+
+// A Target is one broker in one durability mode.
+type Target interface {
+	// System names the broker ("fibril", "jetstream").
+	System() string
+	// Mode names the durability ("durable", "buffered", "always-sync",
+	// "default-sync").
+	Mode() string
+	// Open makes a fresh queue or stream called name, with publishers
+	// connections to publish on (each allowing window publishes in flight)
+	// and one to consume from.
+	Open(ctx context.Context, name string, publishers, window int) (Stream, error)
+}
+
+// A Stream is one fresh queue or stream of a Target and its connections.
+type Stream interface {
+	// Publish sends body on publisher p's connection and returns at once
+	// with the pending confirm, waiting only for an in-flight slot. body is
+	// not copied and must not change until the confirm.
+	Publish(p int, body []byte) (Pending, error)
+	// Consume starts the consumer: deliver is called for every delivery,
+	// from one goroutine at a time, and the delivery is then acked.
+	Consume(ctx context.Context, deliver func(body []byte)) error
+	// Close ends the connections and removes the queue or stream.
+	Close() error
+}
+
+// Pending is a publish awaiting its confirm.
+type Pending interface {
+	// Wait blocks until the broker confirms or refuses the publish, or
+	// ctx ends.
+	Wait(ctx context.Context) error
+}
+
+// ErrShortBody is returned by DecodeBody for a body without a header.
+var ErrShortBody = errors.New("e2ebench: body shorter than its header")
+
+// bodyHeader is the bytes at the front of every message: the intended
+// send time (Unix nanoseconds) and the message's index in its run.
+const bodyHeader = 16
+
+// EncodeBody returns a size-byte message carrying intended and index.
+func EncodeBody(size int, intended time.Time, index int) []byte {
+	b := make([]byte, max(size, bodyHeader))
+	binary.LittleEndian.PutUint64(b[0:], uint64(intended.UnixNano()))
+	binary.LittleEndian.PutUint64(b[8:], uint64(index))
+	for i := bodyHeader; i < len(b); i++ {
+		b[i] = byte('a' + i%26)
+	}
+	return b
+}
+
+// DecodeBody reads the intended send time and index from a message.
+func DecodeBody(b []byte) (intended time.Time, index int, err error) {
+	if len(b) < bodyHeader {
+		return time.Time{}, 0, ErrShortBody
+	}
+	return time.Unix(0, int64(binary.LittleEndian.Uint64(b[0:]))), int(binary.LittleEndian.Uint64(b[8:])), nil
+}
