@@ -46,7 +46,7 @@ func (p *partition) publish(rec []byte, done func(wal.AppendResult, error)) {
 		p.batchMu.Unlock()
 		p.flushBatches()
 	case p.flushTimer == nil && !p.flushing:
-		p.flushTimer = time.AfterFunc(gap, p.gapElapsed)
+		p.flushTimer = afterGap(gap, p.gapElapsed)
 		p.batchMu.Unlock()
 	default:
 		p.batchMu.Unlock()
@@ -60,7 +60,7 @@ func (p *partition) gapElapsed() {
 	p.batchMu.Lock()
 	p.flushTimer = nil
 	if rest := gap - time.Since(p.lastArrival); rest > 0 && len(p.pending) < maxPublishBatch {
-		p.flushTimer = time.AfterFunc(rest, p.gapElapsed)
+		p.flushTimer = afterGap(rest, p.gapElapsed)
 		p.batchMu.Unlock()
 		return
 	}

@@ -41,7 +41,7 @@ type partition struct {
 	batchMu     sync.Mutex // guards the publish batch fields below
 	pending     []pubReq
 	lastArrival time.Time
-	flushTimer  *time.Timer
+	flushTimer  *gapTimer
 	flushing    bool
 	batchClosed bool
 
