@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -11,13 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fibril-edge/fibril/appliance/client"
+	"github.com/fibril-edge/fibril/internal/fibrildproc"
 )
 
 // These tests build the real fibril and fibrild binaries (once per test
@@ -70,90 +69,33 @@ func TestMain(m *testing.M) {
 
 // fibrild is a running daemon.
 type fibrild struct {
-	cmd    *exec.Cmd
+	*fibrildproc.Process
 	data   string
 	server string // client protocol address
 	admin  string // admin API URL
-	mu     sync.Mutex
-	log    bytes.Buffer
-	exited chan struct{}
 }
-
-var listenLine = regexp.MustCompile(`msg="?listening"? proto=(\w+) addr=(\S+)`)
 
 // startFibrild runs fibrild on a fresh data directory and waits until it
 // listens on both its client protocol and its admin API.
 func startFibrild(t *testing.T, daemonBin string, extra ...string) *fibrild {
 	t.Helper()
-	empty := filepath.Join(t.TempDir(), "empty.toml") // keep /etc/fibril out of the test
-	if err := os.WriteFile(empty, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d := &fibrild{data: t.TempDir(), exited: make(chan struct{})}
-	d.cmd = exec.Command(daemonBin, "--config", empty, "--storage.data_dir", d.data,
-		"--server.listen", "127.0.0.1:0", "--admin.listen", "127.0.0.1:0", "--storage.min_free", "0")
-	d.cmd.Args = append(d.cmd.Args, extra...)
-	stderr, err := d.cmd.StderrPipe()
+	ctx, cancel := context.WithTimeout(context.Background(), cliWait)
+	defer cancel()
+	data := t.TempDir()
+	p, err := fibrildproc.Start(ctx, fibrildproc.Options{Bin: daemonBin, DataDir: data, StartTimeout: cliWait,
+		Args: append([]string{"--storage.min_free", "0"}, extra...)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addrs := make(chan [2]string, 4)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			d.mu.Lock()
-			d.log.WriteString(sc.Text() + "\n")
-			d.mu.Unlock()
-			if m := listenLine.FindStringSubmatch(sc.Text()); m != nil {
-				addrs <- [2]string{m[1], m[2]}
-			}
-		}
-		io.Copy(io.Discard, stderr)
-		d.cmd.Wait()
-		close(d.exited)
-	}()
-	t.Cleanup(func() {
-		d.cmd.Process.Kill()
-		<-d.exited
-	})
-	deadline := time.After(cliWait)
-	for d.server == "" || d.admin == "" {
-		select {
-		case a := <-addrs:
-			switch a[0] {
-			case "fibril":
-				d.server = a[1]
-			case "admin":
-				d.admin = "http://" + a[1]
-			}
-		case <-d.exited:
-			t.Fatalf("fibrild exited before listening:\n%s", d.logText())
-		case <-deadline:
-			t.Fatalf("fibrild did not listen within %v:\n%s", cliWait, d.logText())
-		}
-	}
-	return d
-}
-
-func (d *fibrild) logText() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.log.String()
+	t.Cleanup(p.Kill)
+	return &fibrild{Process: p, data: data, server: p.Addr, admin: p.Admin}
 }
 
 // stop ends fibrild with SIGTERM and waits for it.
 func (d *fibrild) stop(t *testing.T) {
 	t.Helper()
-	if err := d.cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-d.exited:
-	case <-time.After(cliWait):
-		t.Fatalf("fibrild did not stop:\n%s", d.logText())
+	if err := d.Stop(cliWait); err != nil {
+		t.Fatalf("fibrild did not stop cleanly: %v\n%s", err, d.Log())
 	}
 }
 

@@ -495,19 +495,13 @@ func TestKillMidStream(t *testing.T) {
 // kill sends SIGKILL and waits for the process to die of it.
 func (p *daemonProcess) kill(t *testing.T) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.exited:
-	case <-time.After(waitLimit):
-		t.Fatalf("fibrild did not die within %v of SIGKILL", waitLimit)
-	}
+	p.Kill()
+	err := p.ExitErr()
 	var ee *exec.ExitError
-	if !errors.As(p.err, &ee) {
-		t.Fatalf("fibrild ended with %v after SIGKILL\n%s", p.err, p.logText())
+	if !errors.As(err, &ee) {
+		t.Fatalf("fibrild ended with %v after SIGKILL\n%s", err, p.Log())
 	}
 	if ws, ok := ee.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		t.Fatalf("fibrild ended with %v, not by SIGKILL\n%s", p.err, p.logText())
+		t.Fatalf("fibrild ended with %v, not by SIGKILL\n%s", err, p.Log())
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -10,15 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/fibril-edge/fibril/appliance/daemon"
 	"github.com/fibril-edge/fibril/appliance/wire"
+	"github.com/fibril-edge/fibril/internal/fibrildproc"
 )
 
 const waitLimit = 30 * time.Second
@@ -106,85 +103,44 @@ func TestMain(m *testing.M) {
 
 // daemonProcess is a running fibrild.
 type daemonProcess struct {
-	cmd    *exec.Cmd
-	addr   string
-	mu     sync.Mutex
-	log    bytes.Buffer
-	exited chan struct{}
-	err    error
+	*fibrildproc.Process
+	addr string
 }
 
-var listeningLine = regexp.MustCompile(`msg="?listening"? proto=fibril addr=(\S+)`)
-
-// startDaemon runs fibrild with args and waits for its "listening" line.
+// startDaemon runs fibrild with args and waits for its "listening" lines.
+// The data directory is args' --storage.data_dir, else a fresh one.
 func startDaemon(t *testing.T, bin string, args ...string) *daemonProcess {
 	t.Helper()
-	if _, err := os.Stat(daemon.DefaultConfigPath); err == nil {
-		// Keep this machine's installed config out of the test.
-		empty := filepath.Join(t.TempDir(), "empty.toml")
-		os.WriteFile(empty, nil, 0o644)
-		args = append(args, "--config", empty)
+	data := ""
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "--storage.data_dir" {
+			data = args[i+1]
+		}
 	}
-	p := &daemonProcess{cmd: exec.Command(bin, args...), exited: make(chan struct{})}
-	stderr, err := p.cmd.StderrPipe()
+	if data == "" {
+		data = t.TempDir()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	p, err := fibrildproc.Start(ctx, fibrildproc.Options{Bin: bin, DataDir: data, Args: args, StartTimeout: waitLimit})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.log.WriteString(sc.Text() + "\n")
-			p.mu.Unlock()
-			if m := listeningLine.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
-			}
-		}
-		io.Copy(io.Discard, stderr)
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.exited
-	})
-	select {
-	case p.addr = <-addr:
-	case <-p.exited:
-		t.Fatalf("fibrild exited before listening: %v\n%s", p.err, p.logText())
-	case <-time.After(waitLimit):
-		t.Fatalf("fibrild did not listen within %v\n%s", waitLimit, p.logText())
-	}
-	return p
+	t.Cleanup(p.Kill)
+	return &daemonProcess{Process: p, addr: p.Addr}
 }
 
-func (p *daemonProcess) logText() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
-}
+func (p *daemonProcess) logText() string { return p.Log() }
 
 // stop sends SIGTERM and checks for a clean exit.
 func (p *daemonProcess) stop(t *testing.T) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.exited:
-	case <-time.After(waitLimit):
-		t.Fatalf("fibrild did not exit within %v of SIGTERM\n%s", waitLimit, p.logText())
-	}
-	if p.err != nil {
-		t.Fatalf("fibrild exited with %v\n%s", p.err, p.logText())
+	if err := p.Stop(waitLimit); err != nil {
+		t.Fatalf("fibrild exited with %v\n%s", err, p.Log())
 	}
 	for _, want := range []string{"shutting down", "broker closed", "stopped"} {
-		if !strings.Contains(p.logText(), want) {
-			t.Fatalf("log lacks %q:\n%s", want, p.logText())
+		if !strings.Contains(p.Log(), want) {
+			t.Fatalf("log lacks %q:\n%s", want, p.Log())
 		}
 	}
 }
