@@ -24,20 +24,25 @@ const lookupWait = 2 * time.Second
 // A queue declared a moment ago through another node may not have reached
 // this node's view yet: an unknown queue waits up to lookupWait for it.
 func (c *Cluster) Owner(queue string) (id, addr string, ok bool) {
-	st := c.node.State()
-	if _, known := st.Assignments[queue]; !known {
-		ctx, cancel := context.WithTimeout(context.Background(), lookupWait)
-		defer cancel()
-		if c.node.waitFor(ctx, func(s *control.State) bool { _, ok := s.Assignments[queue]; return ok }) != nil {
-			return "", "", false
+	known := false
+	lookup := func(s *control.State) {
+		as, found := s.Assignments[queue]
+		known = found
+		if found && len(as) > 0 && as[0].Owner != c.node.opts.ID {
+			id, addr, ok = as[0].Owner, s.Members[as[0].Owner].ClientAddr, true
 		}
-		st = c.node.State()
 	}
-	as := st.Assignments[queue]
-	if len(as) == 0 || as[0].Owner == c.node.opts.ID {
+	c.node.read(lookup)
+	if known {
+		return id, addr, ok
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lookupWait)
+	defer cancel()
+	if c.node.waitFor(ctx, func(s *control.State) bool { _, found := s.Assignments[queue]; return found }) != nil {
 		return "", "", false
 	}
-	return as[0].Owner, st.Members[as[0].Owner].ClientAddr, true
+	c.node.read(lookup)
+	return id, addr, ok
 }
 
 // Forward publishes m to the node serving queue, over a client connection

@@ -220,6 +220,10 @@ func (n *Node) announce() {
 // follower's view may lag the leader's by the commands in flight.
 func (n *Node) State() *control.State { return n.fsm.State() }
 
+// read calls f with this node's view of the state without copying it (see
+// control.FSM.Read).
+func (n *Node) read(f func(*control.State)) { n.fsm.Read(f) }
+
 // Leader is the current leader's id and cluster address, empty when none
 // is known.
 func (n *Node) Leader() (id, addr string) {

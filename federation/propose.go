@@ -215,7 +215,9 @@ func (n *Node) join(ctx context.Context, m control.Member) error {
 	if err := n.addToRaft(m); err != nil {
 		return err
 	}
-	if cur, ok := n.State().Members[m.ID]; ok && cur == m {
+	var known bool
+	n.read(func(s *control.State) { cur, ok := s.Members[m.ID]; known = ok && cur == m })
+	if known {
 		return nil
 	}
 	return n.propose(ctx, control.Command{Op: control.OpAddMember, Member: &m}).Err
@@ -273,7 +275,9 @@ func (n *Node) Declare(ctx context.Context, c appliance.QueueConfig, policy stri
 func (n *Node) waitFor(ctx context.Context, cond func(*control.State) bool) error {
 	for {
 		changed := n.Changed()
-		if cond(n.fsm.State()) {
+		var ok bool
+		n.read(func(s *control.State) { ok = cond(s) })
+		if ok {
 			return nil
 		}
 		select {

@@ -62,6 +62,15 @@ func (f *FSM) State() *State {
 	return f.state.clone()
 }
 
+// Read calls f with the current state under the read lock, without a
+// copy: for lookups on hot paths (every forwarded publish). f must not
+// keep or change the state.
+func (f *FSM) Read(fn func(*State)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	fn(f.state)
+}
+
 // Apply applies one log entry and returns a Result.
 func (f *FSM) Apply(l *raft.Log) any {
 	var c Command

@@ -180,3 +180,27 @@ func TestSnapshotRestore(t *testing.T) {
 		t.Fatalf("removing a member that hosts replicas: %v", r.Err)
 	}
 }
+
+// The owner lookup of every forwarded publish: a copy of the state
+// (State) against a read under the lock (Read), with 100 queues.
+func BenchmarkOwnerLookup(b *testing.B) {
+	f := NewFSM(nil)
+	for _, id := range []string{"n1", "n2", "n3"} {
+		f.state.addMember(Member{ID: id, ClusterAddr: id + ":7000"})
+	}
+	for i := range 100 {
+		f.state.declare(appliance.QueueConfig{Name: fmt.Sprint("q", i), Partitions: 2}, Policy{}, nil)
+	}
+	b.Run("copy", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = f.State().Assignments["q50"][0].Owner
+		}
+	})
+	b.Run("read", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			f.Read(func(s *State) { _ = s.Assignments["q50"][0].Owner })
+		}
+	})
+}
