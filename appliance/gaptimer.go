@@ -12,12 +12,14 @@ import (
 // the gap is slept on its own goroutine with a precise sleep (nanosleep on
 // Linux: see sleepPrecise).
 type gapTimer struct {
-	state atomic.Int32 // 0 pending, 1 fired, 2 stopped
+	state atomic.Int32  // 0 pending, 1 fired, 2 stopped
+	done  chan struct{} // closed when the sleeping goroutine ends (tests wait on it)
 }
 
 func afterGap(d time.Duration, f func()) *gapTimer {
-	t := &gapTimer{}
+	t := &gapTimer{done: make(chan struct{})}
 	go func() {
+		defer close(t.done)
 		sleepPrecise(d)
 		if t.state.CompareAndSwap(0, 1) {
 			f()
