@@ -19,7 +19,7 @@ import (
 
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/internal/await"
-	"github.com/fibril-edge/fibril/wal"
+	"github.com/fibril-edge/fibril/internal/waltest"
 )
 
 // syncGate blocks every file sync of a node's copies while held.
@@ -138,23 +138,6 @@ func declareOn(t *testing.T, nodes map[string]*clusterNode, via string, cfg appl
 	return owner
 }
 
-func records(t *testing.T, l *wal.Log, upTo uint64) []wal.Record {
-	t.Helper()
-	var out []wal.Record
-	for next := uint64(0); next < upTo; {
-		recs, err := l.ReadWritten(next, 4<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(recs) == 0 {
-			t.Fatalf("no records at %d, want up to %d", next, upTo)
-		}
-		out = append(out, recs...)
-		next = recs[len(recs)-1].Offset + 1
-	}
-	return out[:upTo]
-}
-
 // Issue tests 1 and 3: both modes, 20,000 messages published and
 // consumed; no delivery is ever above its partition's ceiling; every
 // follower's log equals the owner's prefix record for record.
@@ -219,7 +202,7 @@ func TestClusterReplicatesBothModes(t *testing.T) {
 					if n == 0 {
 						t.Fatalf("%s copy of %s/%d is empty", f, q.cfg.Name, part)
 					}
-					want, have := records(t, ol, n), records(t, fl, n)
+					want, have := waltest.Records(t, ol, n), waltest.Records(t, fl, n)
 					for i := range want {
 						if want[i].Type != have[i].Type || !bytes.Equal(want[i].Payload, have[i].Payload) {
 							t.Fatalf("%s/%d record %d differs on %s", q.cfg.Name, part, i, f)

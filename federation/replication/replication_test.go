@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/fibril-edge/fibril/internal/leakcheck"
+	"github.com/fibril-edge/fibril/internal/waltest"
 	"github.com/fibril-edge/fibril/wal"
 )
 
@@ -59,23 +60,6 @@ func openLog(t *testing.T, fs vfs.FS, dir string) *wal.Log {
 	return l
 }
 
-func allRecords(t *testing.T, l *wal.Log, upTo uint64) []wal.Record {
-	t.Helper()
-	var out []wal.Record
-	for next := uint64(0); next < upTo; {
-		recs, err := l.ReadWritten(next, 1<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(recs) == 0 {
-			t.Fatalf("no records at %d (want up to %d)", next, upTo)
-		}
-		out = append(out, recs...)
-		next = recs[len(recs)-1].Offset + 1
-	}
-	return out[:upTo]
-}
-
 // Two followers receive every record at the owner's offsets; a durable
 // gate opens only once both have synced, and the copies equal the
 // owner's log record for record.
@@ -114,7 +98,7 @@ func TestStreamToFollowers(t *testing.T) {
 			}
 		}
 	}
-	want := allRecords(t, owner, n)
+	want := waltest.Records(t, owner, n)
 	for id, f := range followers {
 		l, ok := f.Log("q", 0)
 		if !ok {
@@ -123,7 +107,7 @@ func TestStreamToFollowers(t *testing.T) {
 		if l.DurableNext() < n {
 			t.Fatalf("%s durable at %d, want %d", id, l.DurableNext(), n)
 		}
-		got := allRecords(t, l, n)
+		got := waltest.Records(t, l, n)
 		for i := range want {
 			if got[i].Offset != want[i].Offset || got[i].Type != want[i].Type || !bytes.Equal(got[i].Payload, want[i].Payload) {
 				t.Fatalf("%s record %d differs: %+v vs %+v", id, i, got[i], want[i])
@@ -164,7 +148,7 @@ func TestResumeAfterCut(t *testing.T) {
 		f.mu.Unlock()
 	}
 	l, _ := f.Log("q", 0)
-	if got := allRecords(t, l, 5); got[4].Payload[0] != 4 || l.WrittenNext() != 5 {
+	if got := waltest.Records(t, l, 5); got[4].Payload[0] != 4 || l.WrittenNext() != 5 {
 		t.Fatalf("copy after cuts: next %d, last %v", l.WrittenNext(), got[4])
 	}
 }
