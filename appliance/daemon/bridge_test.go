@@ -121,8 +121,11 @@ func TestRunBridgeMissingQueue(t *testing.T) {
 				MissingQueues []string `json:"missing_queues"`
 			} `json:"bridges"`
 		}
-		if err := json.NewDecoder(res.Body).Decode(&r); err != nil || len(r.Bridges) != 1 {
+		if err := json.NewDecoder(res.Body).Decode(&r); err != nil || len(r.Bridges) > 1 {
 			t.Fatalf("GET /api/bridges: %v %+v", err, r)
+		}
+		if len(r.Bridges) == 0 { // the admin API answers before the bridges start
+			return nil
 		}
 		return r.Bridges[0].MissingQueues
 	}
