@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"github.com/fibril-edge/fibril/internal/wiretest"
 	"io"
 	"net"
 	"net/http"
@@ -49,13 +50,13 @@ func TestRunServesAdmin(t *testing.T) {
 	if code, body := call("POST", "/api/queues/clicks/messages", "tok", `{"body":"hi"}`); code != http.StatusOK {
 		t.Fatalf("publish: %d %s", code, body)
 	}
-	wc := dialHello(t, addr, "tok")
+	wc := wiretest.Dial(t, addr, "tok")
 	code, body := call("GET", "/metrics", "tok", "")
 	if code != http.StatusOK || !strings.Contains(body, "fibril_connections 1\n") ||
 		!strings.Contains(body, `fibril_confirms_total{mode="buffered",queue="clicks"} 1`) {
 		t.Fatalf("metrics %d:\n%s", code, body)
 	}
-	wc.nc.Close()
+	wc.NC.Close()
 	hc.CloseIdleConnections()
 	if err := stop(); err != nil {
 		t.Fatal(err)

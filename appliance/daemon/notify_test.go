@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"github.com/fibril-edge/fibril/internal/wiretest"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -51,7 +52,7 @@ func TestRunNotifiesSystemd(t *testing.T) {
 		t.Fatalf("first notification %q, want READY=1", got)
 	}
 	// READY came after the listener was bound.
-	dialHello(t, addr, "").nc.Close()
+	wiretest.Dial(t, addr, "").NC.Close()
 	for i := 0; i < 3; i++ {
 		if got := nextState(t, conn); got != "WATCHDOG=1" {
 			t.Fatalf("notification %q, want WATCHDOG=1", got)

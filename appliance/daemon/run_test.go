@@ -5,11 +5,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/fibril-edge/fibril/appliance/wire"
+	"github.com/fibril-edge/fibril/internal/wiretest"
 )
 
 const waitLimit = 20 * time.Second
@@ -99,22 +99,21 @@ func TestRunServesAndShutsDownCleanly(t *testing.T) {
 	cfg.Storage.MinFree = 0
 
 	addr, stop := startRun(t, cfg)
-	c := dialHello(t, addr, "tok")
-	c.roundTrip(t, &wire.Declare{Corr: 1, Queue: "clicks", Durability: wire.DurabilityBuffered})
-	c.roundTrip(t, &wire.Publish{Corr: 2, Queue: "clicks", Body: []byte("kept")})
+	c := wiretest.Dial(t, addr, "tok")
+	c.Request(t, &wire.Declare{Corr: 1, Queue: "clicks", Durability: wire.DurabilityBuffered})
+	c.Request(t, &wire.Publish{Corr: 2, Queue: "clicks", Body: []byte("kept")})
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
 	// The client gets the server's Goodbye, answers it, and sees the end
 	// of the connection.
-	c.nc.SetReadDeadline(time.Now().Add(waitLimit))
 	var goodbye bool
 	for {
-		f, err := c.r.ReadFrame()
+		f, err := c.Read()
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
 				t.Fatalf("after shutdown: %v", err)
 			}
-			c.nc.Close()
+			c.NC.Close()
 			break
 		}
 		if g, ok := f.(*wire.Goodbye); ok {
@@ -122,8 +121,7 @@ func TestRunServesAndShutsDownCleanly(t *testing.T) {
 				t.Fatalf("goodbye %+v", g)
 			}
 			goodbye = true
-			c.w.WriteFrame(&wire.Goodbye{})
-			c.w.Flush()
+			c.Write(&wire.Goodbye{}) // the server may close first
 		}
 	}
 	if !goodbye {
@@ -135,16 +133,16 @@ func TestRunServesAndShutsDownCleanly(t *testing.T) {
 
 	// A restart has the queue, its mode, and the message.
 	addr, stop = startRun(t, cfg)
-	c = dialHello(t, addr, "tok")
-	d := c.roundTrip(t, &wire.Declare{Corr: 1, Queue: "clicks"}).(*wire.Declared)
+	c = wiretest.Dial(t, addr, "tok")
+	d := c.Request(t, &wire.Declare{Corr: 1, Queue: "clicks"}).(*wire.Declared)
 	if d.Created || d.Durability != wire.DurabilityBuffered {
 		t.Fatalf("after restart: %+v", d)
 	}
-	c.roundTrip(t, &wire.Subscribe{Corr: 2, SubID: 1, Queue: "clicks"})
-	if m := c.read(t).(*wire.Deliver); string(m.Body) != "kept" {
+	c.Request(t, &wire.Subscribe{Corr: 2, SubID: 1, Queue: "clicks"})
+	if m := c.Next(t).(*wire.Deliver); string(m.Body) != "kept" {
 		t.Fatalf("delivered %q", m.Body)
 	}
-	c.nc.Close()
+	c.NC.Close()
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -162,52 +160,4 @@ func TestRunRefusesBadConfig(t *testing.T) {
 	if err := Run(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil {
 		t.Fatal("Run accepted a missing TLS certificate")
 	}
-}
-
-type testConn struct {
-	nc net.Conn
-	r  *wire.Reader
-	w  *wire.Writer
-}
-
-func dialHello(t *testing.T, addr, token string) *testConn {
-	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, waitLimit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	c := &testConn{nc: nc, r: wire.NewReader(nc, wire.Options{}), w: wire.NewWriter(nc, wire.Options{})}
-	c.roundTrip(t, &wire.Hello{Version: wire.Version, Token: token})
-	return c
-}
-
-func (c *testConn) read(t *testing.T) wire.Frame {
-	t.Helper()
-	for {
-		c.nc.SetReadDeadline(time.Now().Add(waitLimit))
-		f, err := c.r.ReadFrame()
-		if err != nil {
-			t.Fatalf("read: %v", err)
-		}
-		if _, hb := f.(*wire.Heartbeat); !hb {
-			return f
-		}
-	}
-}
-
-// roundTrip sends a request and returns its answer, failing on an Error.
-func (c *testConn) roundTrip(t *testing.T, f wire.Frame) wire.Frame {
-	t.Helper()
-	if err := c.w.WriteFrame(f); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.w.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	got := c.read(t)
-	if e, ok := got.(*wire.Error); ok {
-		t.Fatalf("%s: %v", f.Type(), e)
-	}
-	return got
 }

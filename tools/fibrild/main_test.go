@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/fibril-edge/fibril/appliance/wire"
 	"github.com/fibril-edge/fibril/internal/fibrildproc"
+	"github.com/fibril-edge/fibril/internal/wiretest"
 )
 
 const waitLimit = 30 * time.Second
@@ -160,99 +159,31 @@ func TestDaemonProcess(t *testing.T) {
 	if !strings.Contains(p.logText(), "version=test-1") || !strings.Contains(p.logText(), "config=") {
 		t.Fatalf("start-up log lacks the version or the config source:\n%s", p.logText())
 	}
-	c := dialHello(t, p.addr)
-	c.request(t, &wire.Declare{Corr: 1, Queue: "clicks", Durability: wire.DurabilityBuffered})
-	c.request(t, &wire.Publish{Corr: 2, Queue: "clicks", Body: []byte("one")})
-	c.request(t, &wire.Publish{Corr: 3, Queue: "clicks", Body: []byte("two")})
-	c.request(t, &wire.Subscribe{Corr: 4, SubID: 1, Queue: "clicks", Prefetch: 1})
-	d := c.next(t).(*wire.Deliver)
+	c := wiretest.Dial(t, p.addr, "")
+	c.Request(t, &wire.Declare{Corr: 1, Queue: "clicks", Durability: wire.DurabilityBuffered})
+	c.Request(t, &wire.Publish{Corr: 2, Queue: "clicks", Body: []byte("one")})
+	c.Request(t, &wire.Publish{Corr: 3, Queue: "clicks", Body: []byte("two")})
+	c.Request(t, &wire.Subscribe{Corr: 4, SubID: 1, Queue: "clicks", Prefetch: 1})
+	d := c.Next(t).(*wire.Deliver)
 	if string(d.Body) != "one" {
 		t.Fatalf("delivered %q, want one", d.Body)
 	}
-	c.send(t, &wire.Ack{SubID: 1, Tags: []uint64{d.Tag}})
-	c.send(t, &wire.Goodbye{})
-	c.drainUntilClosed(t)
+	c.Send(t, &wire.Ack{SubID: 1, Tags: []uint64{d.Tag}})
+	c.Send(t, &wire.Goodbye{})
+	c.DrainUntilClosed(t)
 	p.stop(t)
 
 	// The restart has the queue, its mode, and the unacked message.
 	p = startDaemon(t, bin, args...)
-	c = dialHello(t, p.addr)
-	decl := c.request(t, &wire.Declare{Corr: 1, Queue: "clicks"}).(*wire.Declared)
+	c = wiretest.Dial(t, p.addr, "")
+	decl := c.Request(t, &wire.Declare{Corr: 1, Queue: "clicks"}).(*wire.Declared)
 	if decl.Created || decl.Durability != wire.DurabilityBuffered {
 		t.Fatalf("after restart: %+v", decl)
 	}
-	c.request(t, &wire.Subscribe{Corr: 2, SubID: 1, Queue: "clicks"})
-	if d := c.next(t).(*wire.Deliver); string(d.Body) != "two" {
+	c.Request(t, &wire.Subscribe{Corr: 2, SubID: 1, Queue: "clicks"})
+	if d := c.Next(t).(*wire.Deliver); string(d.Body) != "two" {
 		t.Fatalf("after restart delivered %q, want two", d.Body)
 	}
-	c.nc.Close()
+	c.NC.Close()
 	p.stop(t)
-}
-
-type wireConn struct {
-	nc net.Conn
-	r  *wire.Reader
-	w  *wire.Writer
-}
-
-func dialHello(t *testing.T, addr string) *wireConn {
-	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, waitLimit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	c := &wireConn{nc: nc, r: wire.NewReader(nc, wire.Options{}), w: wire.NewWriter(nc, wire.Options{})}
-	c.request(t, &wire.Hello{Version: wire.Version, ClientName: "fibrild-test"})
-	return c
-}
-
-func (c *wireConn) send(t *testing.T, f wire.Frame) {
-	t.Helper()
-	if err := c.w.WriteFrame(f); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.w.Flush(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// next returns the next frame that is not a Heartbeat.
-func (c *wireConn) next(t *testing.T) wire.Frame {
-	t.Helper()
-	for {
-		c.nc.SetReadDeadline(time.Now().Add(waitLimit))
-		f, err := c.r.ReadFrame()
-		if err != nil {
-			t.Fatalf("read: %v", err)
-		}
-		if _, hb := f.(*wire.Heartbeat); !hb {
-			return f
-		}
-	}
-}
-
-func (c *wireConn) request(t *testing.T, f wire.Frame) wire.Frame {
-	t.Helper()
-	c.send(t, f)
-	got := c.next(t)
-	if e, ok := got.(*wire.Error); ok {
-		t.Fatalf("%s: %v", f.Type(), e)
-	}
-	return got
-}
-
-// drainUntilClosed reads until the server ends the connection.
-func (c *wireConn) drainUntilClosed(t *testing.T) {
-	t.Helper()
-	for {
-		c.nc.SetReadDeadline(time.Now().Add(waitLimit))
-		if _, err := c.r.ReadFrame(); err != nil {
-			if !errors.Is(err, io.EOF) {
-				t.Fatalf("waiting for the server to close: %v", err)
-			}
-			c.nc.Close()
-			return
-		}
-	}
 }
