@@ -18,6 +18,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/appliance/server"
 	"github.com/fibril-edge/fibril/internal/await"
 	"github.com/fibril-edge/fibril/internal/waltest"
 )
@@ -63,22 +64,31 @@ type clusterNode struct {
 	cluster *Cluster
 	broker  *appliance.Broker
 	syncs   *syncGate
+	// addr is the node's client listener, served with the cluster as the
+	// server's Cluster.
+	addr string
+	srv  *server.Server
 }
 
 // startNodes runs three cluster nodes in one process: each its own
 // crashable in-memory FS for its queues and copies (the copies' syncs can
-// be held), its own loopback cluster port, raft on disk.
+// be held), its own loopback cluster port and client listener, raft on
+// disk.
 func startNodes(t *testing.T) map[string]*clusterNode {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ids := []string{"n1", "n2", "n3"}
 	lns, addrs := map[string]net.Listener{}, map[string]string{}
+	clientLns := map[string]net.Listener{}
 	for _, id := range ids {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		lns[id], addrs[id] = ln, ln.Addr().String()
+		if clientLns[id], err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	nodes := map[string]*clusterNode{}
 	for _, id := range ids {
@@ -92,7 +102,7 @@ func startNodes(t *testing.T) map[string]*clusterNode {
 		g := &syncGate{}
 		c, err := OpenCluster(ClusterOptions{
 			Node: Options{ID: id, Dir: t.TempDir(), Listener: lns[id], Listen: addrs[id], Peers: peers,
-				Bootstrap: true, ElectionTimeout: testElection, Logger: quiet},
+				ClientAddr: clientLns[id].Addr().String(), Bootstrap: true, ElectionTimeout: testElection, Logger: quiet},
 			ReplicaDir: "replicas", ReplicaFS: errorfs.Wrap(fs, g), ReplicaSegmentSize: 1 << 20,
 		})
 		if err != nil {
@@ -104,11 +114,19 @@ func startNodes(t *testing.T) map[string]*clusterNode {
 			t.Fatal(err)
 		}
 		c.Bind(b)
-		nodes[id] = &clusterNode{id: id, cluster: c, broker: b, syncs: g}
+		srv, err := server.New(b, server.Options{Logger: quiet, Cluster: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go srv.Serve(clientLns[id])
+		nodes[id] = &clusterNode{id: id, cluster: c, broker: b, syncs: g, addr: clientLns[id].Addr().String(), srv: srv}
 	}
 	t.Cleanup(func() {
 		for _, n := range nodes {
 			n.syncs.release()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			n.srv.Shutdown(ctx)
+			cancel()
 			n.broker.Close()
 			n.cluster.Close()
 		}

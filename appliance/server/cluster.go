@@ -9,8 +9,8 @@ import (
 // Cluster is how a cluster node's server reaches the rest of the cluster:
 // declarations go through the control plane, publishes to queues another
 // node serves are forwarded to it, and a subscription to such a queue is
-// refused with the owner's address (consumers are redirected: they connect
-// to the owner).
+// served by consuming it on that node (the node proxies deliveries and
+// settles), so a client may use any node for anything.
 type Cluster interface {
 	// Declare declares a queue cluster-wide and returns the declaration in
 	// effect; when this node serves the queue, the local broker has it on
@@ -19,7 +19,22 @@ type Cluster interface {
 	// Forward publishes m to the node serving queue and reports whether it
 	// did; false when this node serves the queue or no node does.
 	Forward(queue string, m appliance.Message, done func(appliance.Confirm, error)) bool
-	// Owner names the node serving a queue this node does not serve: its id
-	// and client address.
-	Owner(queue string) (id, addr string, ok bool)
+	// Consume subscribes to queue on the node serving it, calling
+	// o.Deliver for each delivery, and reports whether it did (false: this
+	// node serves the queue or no node does). partitions is the queue's
+	// partition count.
+	Consume(ctx context.Context, queue string, o appliance.SubscribeOptions) (sub Consumer, partitions int, ok bool, err error)
 }
+
+// Consumer is a subscription as the server drives it: the local broker's
+// *appliance.Subscription, or a cluster node's proxy of a subscription on
+// the queue's owner. Settles of tags it does not hold return an error
+// matching appliance.ErrStaleTag (a *appliance.StaleTagsError lists them).
+type Consumer interface {
+	AddCredit(n int)
+	Ack(tags ...uint64) error
+	Nack(requeue bool, tags ...uint64) error
+	Close()
+}
+
+var _ Consumer = (*appliance.Subscription)(nil)

@@ -37,10 +37,10 @@ func (c *conn) handle(f wire.Frame) bool {
 		}
 		return true
 	case *wire.Ack:
-		c.settle(f.SubID, f.Tags, func(s *appliance.Subscription) error { return s.Ack(f.Tags...) })
+		c.settle(f.SubID, f.Tags, func(s Consumer) error { return s.Ack(f.Tags...) })
 		return true
 	case *wire.Nack:
-		c.settle(f.SubID, f.Tags, func(s *appliance.Subscription) error { return s.Nack(f.Requeue, f.Tags...) })
+		c.settle(f.SubID, f.Tags, func(s Consumer) error { return s.Nack(f.Requeue, f.Tags...) })
 		return true
 	case *wire.Hello:
 		c.violation(wire.CodeBadRequest, "a second Hello")
@@ -150,11 +150,18 @@ func (c *conn) subscribe(f *wire.Subscribe) wire.Frame {
 	// and Subscribed must go out first.
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sub, err := c.s.b.Subscribe(f.Queue, appliance.SubscribeOptions{Prefetch: int(f.Prefetch), Deliver: s.deliver})
+	o := appliance.SubscribeOptions{Prefetch: int(f.Prefetch), Deliver: s.deliver}
+	var sub Consumer
+	local, err := c.s.b.Subscribe(f.Queue, o)
+	if err == nil {
+		sub = local
+	}
+	var parts uint16
 	if errors.Is(err, appliance.ErrNotFound) && c.s.opts.Cluster != nil {
-		if id, addr, ok := c.s.opts.Cluster.Owner(f.Queue); ok {
-			return &wire.Error{Corr: f.Corr, Code: wire.CodeNotFound,
-				Message: fmt.Sprintf("queue %s is served by node %s at %s: consume there", f.Queue, id, addr)}
+		// Another node may serve the queue: consume it there.
+		remote, n, ok, rerr := c.s.opts.Cluster.Consume(context.Background(), f.Queue, o)
+		if ok {
+			sub, err, parts = remote, rerr, uint16(n)
 		}
 	}
 	if err != nil {
@@ -162,7 +169,6 @@ func (c *conn) subscribe(f *wire.Subscribe) wire.Frame {
 	}
 	s.sub = sub
 	c.subs[f.SubID] = s
-	var parts uint16
 	if info, err := c.s.b.QueueInfo(f.Queue); err == nil {
 		parts = uint16(info.Config.Partitions)
 	}
@@ -183,7 +189,7 @@ func (c *conn) unsubscribe(f *wire.Unsubscribe) wire.Frame {
 
 // settle applies an Ack or Nack and answers every tag that could not be
 // settled with a SettleError.
-func (c *conn) settle(subID uint32, tags []uint64, apply func(*appliance.Subscription) error) {
+func (c *conn) settle(subID uint32, tags []uint64, apply func(Consumer) error) {
 	if len(tags) == 0 {
 		return
 	}

@@ -16,7 +16,7 @@ type subscription struct {
 	// that Subscribed goes out before the first Deliver and no Deliver
 	// follows Unsubscribed.
 	mu    sync.Mutex
-	sub   *appliance.Subscription
+	sub   Consumer
 	ended bool
 }
 

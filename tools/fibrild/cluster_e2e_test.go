@@ -39,9 +39,9 @@ func freePorts(t *testing.T, n int) []string {
 // Issue test 5 of federation part 1: three fibrild processes on loopback
 // form a cluster from their configuration; a client declares and
 // publishes through a node that does not own the queue (the publish is
-// forwarded to the owner), consumes through the owner, and every message
-// arrives. A subscription on another node is refused with the owner's
-// address.
+// forwarded to the owner), consumes through the third node (which
+// proxies the owner's deliveries and the settles), and every message
+// arrives once; a nacked one comes back; the acks empty the owner's queue.
 func TestClusterOfThreeProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs three fibrild processes")
@@ -88,45 +88,37 @@ func TestClusterOfThreeProcesses(t *testing.T) {
 	if res.Durability != client.Durable {
 		t.Fatalf("declared %+v", res)
 	}
-	// Find the owner: the one node that accepts the subscription.
-	var owner string
-	var consumer *client.Consumer
-	for _, id := range ids {
-		cons, err := clients[id].Consume(ctx, "orders", 200)
-		if err != nil {
-			if !strings.Contains(err.Error(), "served by node") {
-				t.Fatalf("consume on %s: %v", id, err)
-			}
-			continue
-		}
-		if consumer != nil {
-			t.Fatalf("both %s and %s serve orders", owner, id)
-		}
-		owner, consumer = id, cons
-	}
-	if consumer == nil {
-		t.Fatal("no node serves orders")
-	}
-	defer consumer.Close()
 	// Every node's admin API shows the same placement, as it reads.
+	var owner string
 	for _, id := range ids {
 		var v federation.View
 		waitView(t, ctx, procs[id].Admin, &v, func() bool {
 			return len(v.Members) == 3 && v.Leader != "" && len(v.Queues) == 1 && len(v.Queues[0].Partitions) == 2
 		})
+		if owner == "" {
+			owner = v.Queues[0].Partitions[0].Owner
+		}
 		for _, p := range v.Queues[0].Partitions {
 			if p.Owner != owner || p.Reads != "durable on 2 of 3" || len(p.Followers) != 2 {
 				t.Fatalf("%s shows partition %+v; the owner is %s", id, p, owner)
 			}
 		}
 	}
-	var via string
+	// Publish through one node that does not own the queue and consume
+	// through the other: the first forwards publishes to the owner, the
+	// second proxies the owner's deliveries and the settles.
+	var others []string
 	for _, id := range ids {
 		if id != owner {
-			via = id
-			break
+			others = append(others, id)
 		}
 	}
+	via, through := others[0], others[1]
+	consumer, err := clients[through].Consume(ctx, "orders", 200)
+	if err != nil {
+		t.Fatalf("consume through %s (owner %s): %v", through, owner, err)
+	}
+	defer consumer.Close()
 	const n = 2000
 	futures := make([]*client.Future, n)
 	for i := range n {
@@ -137,21 +129,45 @@ func TestClusterOfThreeProcesses(t *testing.T) {
 			t.Fatalf("publish %d through %s (owner %s): %v", i, via, owner, err)
 		}
 	}
-	seen := map[string]bool{}
-	for len(seen) < n {
+	// Nack the first delivery with requeue: it must come back through the
+	// proxy, counted as a second delivery. Ack everything else.
+	seen := map[string]int{}
+	nacked := ""
+	for len(seen) < n || nacked != "" {
 		select {
 		case d, ok := <-consumer.Messages():
 			if !ok {
 				t.Fatalf("consumer ended after %d messages: %v", len(seen), consumer.Err())
 			}
-			seen[string(d.Body)] = true
+			body := string(d.Body)
+			if nacked == "" && len(seen) == 0 {
+				nacked = body
+				seen[body]++
+				if err := d.Nack(true); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			if body == nacked {
+				if d.Deliveries != 2 {
+					t.Fatalf("the nacked message came back as delivery %d, want 2", d.Deliveries)
+				}
+				nacked = ""
+			} else {
+				seen[body]++
+				if seen[body] > 1 {
+					t.Fatalf("message %s delivered twice through %s", body, through)
+				}
+			}
 			if err := d.Ack(); err != nil {
 				t.Fatal(err)
 			}
 		case <-ctx.Done():
-			t.Fatalf("%d of %d messages consumed on %s", len(seen), n, owner)
+			t.Fatalf("%d of %d messages consumed through %s (owner %s)", len(seen), n, through, owner)
 		}
 	}
+	// The proxy's acks reached the owner: its queue empties.
+	waitQueueEmpty(t, ctx, procs[owner].Admin, "orders")
 	// The admin API declares through the control plane, with a policy.
 	resp, err := http.Post(procs[via].Admin+"/api/queues", "application/json",
 		strings.NewReader(`{"name":"events","policy":"replica_buffered:3"}`))
@@ -196,6 +212,33 @@ func waitView(t *testing.T, ctx context.Context, admin string, v *federation.Vie
 		case <-tick.C:
 		case <-ctx.Done():
 			t.Fatalf("GET %s/api/cluster never showed the expected view; last %+v (%v)", admin, *v, err)
+		}
+	}
+}
+
+// waitQueueEmpty polls GET /api/queues/{queue} at admin until the queue
+// holds no message, ready or in flight.
+func waitQueueEmpty(t *testing.T, ctx context.Context, admin, queue string) {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	var q struct {
+		Messages int64 `json:"messages"`
+	}
+	for {
+		q.Messages = -1
+		resp, err := http.Get(admin + "/api/queues/" + queue)
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&q)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode == http.StatusOK && q.Messages == 0 {
+				return
+			}
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("queue %s at %s never emptied: %d messages (%v)", queue, admin, q.Messages, err)
 		}
 	}
 }

@@ -1,0 +1,148 @@
+package federation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/appliance/client"
+	"github.com/fibril-edge/fibril/appliance/server"
+)
+
+// consumeTimeout bounds subscribing on the owner, dial included.
+const consumeTimeout = 30 * time.Second
+
+// Consume serves a subscription to a queue another node owns: it consumes
+// the queue on the owner, over the client connection this node keeps per
+// owner (the one forwarded publishes use), and hands each delivery to
+// o.Deliver under a tag of its own; settles go back to the owner. ok is
+// false when this node serves the queue or no node does.
+//
+// The owner leases what it delivers to this node, so everything the
+// broker promises a consumer holds through the proxy: unsettled
+// deliveries come back when the subscription or its connection ends, and
+// a delivery whose lease passed is delivered again. One difference: a
+// settle the owner refuses (its lease had expired) is logged here, not
+// answered to the client, since the proxy answers settles at once.
+func (c *Cluster) Consume(ctx context.Context, queue string, o appliance.SubscribeOptions) (server.Consumer, int, bool, error) {
+	id, addr, ok := c.Owner(queue)
+	if !ok {
+		return nil, 0, false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, consumeTimeout)
+	defer cancel()
+	cl, err := c.forwardClient(ctx, addr)
+	if err != nil {
+		return nil, 0, true, fmt.Errorf("%w: queue %s is served by node %s at %s, which this node cannot reach: %w",
+			appliance.ErrUnavailable, queue, id, addr, err)
+	}
+	p := &proxyConsumer{deliver: o.Deliver, held: map[uint64]*client.Delivery{},
+		log: c.log.With("queue", queue, "owner", id)}
+	cons, err := cl.Subscribe(ctx, queue, client.SubscribeOptions{Prefetch: o.Prefetch, ManualAck: true,
+		Handler: p.handle, OnError: p.report})
+	if err != nil {
+		return nil, 0, true, fmt.Errorf("consume %s on node %s: %w", queue, id, brokerError(err))
+	}
+	p.mu.Lock()
+	p.cons = cons
+	p.mu.Unlock()
+	return p, cons.Partitions(), true, nil
+}
+
+// proxyConsumer is a subscription on the owner seen through this node.
+// Its tags are its own: the owner's tags are per connection and start
+// again after a reconnect, so two deliveries could share one.
+type proxyConsumer struct {
+	deliver func(appliance.Delivery)
+	log     *slog.Logger
+
+	mu     sync.Mutex // guards the fields below
+	cons   *client.Consumer
+	held   map[uint64]*client.Delivery
+	next   uint64
+	closed bool
+}
+
+var _ server.Consumer = (*proxyConsumer)(nil)
+
+// handle runs on the client's dispatch goroutine, one delivery at a time,
+// in the owner's delivery order.
+func (p *proxyConsumer) handle(_ context.Context, d *client.Delivery) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil // left unsettled: the owner releases it on unsubscribe
+	}
+	p.next++
+	tag := p.next
+	p.held[tag] = d
+	p.mu.Unlock()
+	headers := make([]appliance.Header, len(d.Headers))
+	for i, h := range d.Headers {
+		headers[i] = appliance.Header{Key: h.Key, Value: h.Value}
+	}
+	p.deliver(appliance.Delivery{Tag: tag, Queue: d.Queue, Partition: d.Partition, Offset: d.Offset,
+		Deliveries: uint32(d.Deliveries), MessageID: d.ID, Headers: headers, Body: d.Body})
+	return nil
+}
+
+func (p *proxyConsumer) report(err error) {
+	p.log.Warn("proxied subscription", "err", err)
+}
+
+// AddCredit does nothing: the window is the prefetch given to the owner,
+// and it reopens as deliveries are settled.
+func (p *proxyConsumer) AddCredit(int) {}
+
+// Ack settles tags as done on the owner.
+func (p *proxyConsumer) Ack(tags ...uint64) error {
+	return p.settle(tags, (*client.Delivery).Ack)
+}
+
+// Nack settles tags as not done on the owner, requeued or discarded.
+func (p *proxyConsumer) Nack(requeue bool, tags ...uint64) error {
+	return p.settle(tags, func(d *client.Delivery) error { return d.Nack(requeue) })
+}
+
+// settle hands each held tag's settle to the owner's connection; tags not
+// held, and deliveries whose connection to the owner has ended since (the
+// owner redelivers those), are stale.
+func (p *proxyConsumer) settle(tags []uint64, apply func(*client.Delivery) error) error {
+	var stale []uint64
+	for _, tag := range tags {
+		p.mu.Lock()
+		d, ok := p.held[tag]
+		delete(p.held, tag)
+		p.mu.Unlock()
+		if !ok {
+			stale = append(stale, tag)
+			continue
+		}
+		if err := apply(d); err != nil {
+			if !errors.Is(err, client.ErrStaleDelivery) && !errors.Is(err, client.ErrAlreadySettled) {
+				p.log.Warn("proxied settle failed", "tag", tag, "err", err)
+			}
+			stale = append(stale, tag)
+		}
+	}
+	if len(stale) > 0 {
+		return &appliance.StaleTagsError{Tags: stale}
+	}
+	return nil
+}
+
+// Close unsubscribes on the owner, which releases what is unsettled.
+func (p *proxyConsumer) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.held = map[uint64]*client.Delivery{}
+	cons := p.cons
+	p.mu.Unlock()
+	if cons != nil {
+		cons.Close()
+	}
+}

@@ -1,0 +1,113 @@
+package federation
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/appliance/client"
+	"github.com/fibril-edge/fibril/internal/await"
+)
+
+// A consumer may connect to any node: a node that does not own the queue
+// consumes it on the owner and passes deliveries and settles through.
+// What the proxied consumer leaves unsettled when it closes is ready again
+// on the owner, released without counting a delivery (as a local
+// subscription's close releases it).
+func TestConsumeThroughAnyNode(t *testing.T) {
+	nodes := startNodes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	owner := declareOn(t, nodes, "n1", appliance.QueueConfig{Name: "jobs", Partitions: 2}, "")
+	var through *clusterNode
+	for _, n := range nodes {
+		if n != owner {
+			through = n
+			break
+		}
+	}
+	cl, err := client.Dial(ctx, through.addr, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const total, kept = 300, 20
+	for i := range total {
+		if _, err := cl.Publish(ctx, "jobs", client.Message{Key: fmt.Sprint(i % 4), Body: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatalf("publish %d through %s (owner %s): %v", i, through.id, owner.id, err)
+		}
+	}
+	cons, err := cl.Consume(ctx, "jobs", 50)
+	if err != nil {
+		t.Fatalf("consume through %s (owner %s): %v", through.id, owner.id, err)
+	}
+	if cons.Partitions() != 2 {
+		t.Fatalf("subscribed to %d partitions through the proxy, want 2", cons.Partitions())
+	}
+	seen := map[string]bool{}
+	var unacked []string
+	for len(seen) < total {
+		select {
+		case d := <-cons.Messages():
+			body := string(d.Body)
+			if seen[body] {
+				t.Fatalf("%s delivered twice", body)
+			}
+			seen[body] = true
+			if len(seen) > total-kept {
+				unacked = append(unacked, body) // left unsettled
+				continue
+			}
+			if err := d.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%d of %d delivered through %s", len(seen), total, owner.id)
+		}
+	}
+	// Every ack went through to the owner: only the unsettled remain.
+	waitMessages := func(want int64) {
+		t.Helper()
+		await.Within(t, 30*time.Second, fmt.Sprintf("%d messages on the owner", want), func() bool {
+			info, err := owner.broker.QueueInfo("jobs")
+			return err == nil && info.Messages == want
+		})
+	}
+	waitMessages(kept)
+	cons.Close()
+	// Closing the proxied consumer released its unsettled deliveries on the
+	// owner: a consumer there gets exactly those.
+	direct, err := client.Dial(ctx, owner.addr, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	again, err := direct.Consume(ctx, "jobs", 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	back := map[string]bool{}
+	for len(back) < kept {
+		select {
+		case d := <-again.Messages():
+			if d.Deliveries != 1 {
+				t.Fatalf("%s came back as delivery %d: a close counted it", d.Body, d.Deliveries)
+			}
+			back[string(d.Body)] = true
+			if err := d.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%d of %d released deliveries came back", len(back), kept)
+		}
+	}
+	for _, b := range unacked {
+		if !back[b] {
+			t.Fatalf("%s was left unsettled but did not come back (got %v)", b, back)
+		}
+	}
+	waitMessages(0)
+}
