@@ -35,11 +35,18 @@ type mux struct {
 	done    chan struct{}
 	once    sync.Once
 	wg      sync.WaitGroup
+
+	// raft's transport does not close the connections it accepted when it
+	// shuts down (their handlers would read until the peer hangs up), so
+	// the mux keeps them and close ends them.
+	rmu     sync.Mutex
+	rconns  map[*raftConn]struct{}
+	rclosed bool
 }
 
 func newMux(ln net.Listener, advertise net.Addr, serverTLS, clientTLS *tls.Config, control, replica func(net.Conn)) *mux {
 	m := &mux{ln: ln, addr: advertise, tls: serverTLS, dialTLS: clientTLS, raftc: make(chan net.Conn),
-		control: control, replica: replica, done: make(chan struct{})}
+		control: control, replica: replica, done: make(chan struct{}), rconns: map[*raftConn]struct{}{}}
 	m.wg.Add(1)
 	go m.serve()
 	return m
@@ -74,10 +81,14 @@ func (m *mux) route(c net.Conn) {
 	c.SetDeadline(time.Time{})
 	switch b[0] {
 	case protoRaft:
+		rc, ok := m.trackRaft(c)
+		if !ok {
+			return
+		}
 		select {
-		case m.raftc <- c:
+		case m.raftc <- rc:
 		case <-m.done:
-			c.Close()
+			rc.Close()
 		}
 	case protoControl:
 		m.control(c)
@@ -116,14 +127,52 @@ func (m *mux) dial(addr string, proto byte, timeout time.Duration) (net.Conn, er
 	return c, nil
 }
 
-// close stops accepting and waits for routing goroutines (control
-// handlers return when their connection ends).
+// close stops accepting, ends the raft connections it accepted and waits
+// for routing goroutines (control handlers return when their connection
+// ends).
 func (m *mux) close() {
 	m.once.Do(func() {
 		close(m.done)
 		m.ln.Close()
 	})
+	m.rmu.Lock()
+	conns := m.rconns
+	m.rconns, m.rclosed = map[*raftConn]struct{}{}, true
+	m.rmu.Unlock()
+	for c := range conns {
+		c.Close()
+	}
 	m.wg.Wait()
+}
+
+// raftConn is an accepted raft connection the mux keeps until it closes.
+type raftConn struct {
+	net.Conn
+	m    *mux
+	once sync.Once
+}
+
+// trackRaft keeps c until it closes; false (c closed) once the mux has
+// closed.
+func (m *mux) trackRaft(c net.Conn) (*raftConn, bool) {
+	rc := &raftConn{Conn: c, m: m}
+	m.rmu.Lock()
+	defer m.rmu.Unlock()
+	if m.rclosed {
+		c.Close()
+		return nil, false
+	}
+	m.rconns[rc] = struct{}{}
+	return rc, true
+}
+
+func (c *raftConn) Close() error {
+	c.once.Do(func() {
+		c.m.rmu.Lock()
+		delete(c.m.rconns, c)
+		c.m.rmu.Unlock()
+	})
+	return c.Conn.Close()
 }
 
 // raftLayer is the mux's raft side.
