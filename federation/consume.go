@@ -14,7 +14,7 @@ import (
 )
 
 // consumeTimeout bounds subscribing on the owner, dial included.
-const consumeTimeout = 30 * time.Second
+const consumeTimeout = 10 * time.Second
 
 // Consume serves a subscription to a queue another node owns: it consumes
 // the queue on the owner, over the client connection this node keeps per
@@ -29,16 +29,14 @@ const consumeTimeout = 30 * time.Second
 // settle the owner refuses (its lease had expired) is logged here, not
 // answered to the client, since the proxy answers settles at once.
 func (c *Cluster) Consume(ctx context.Context, queue string, o appliance.SubscribeOptions) (server.Consumer, int, bool, error) {
-	id, addr, ok := c.Owner(queue)
-	if !ok {
+	if _, _, ok := c.Owner(queue); !ok {
 		return nil, 0, false, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, consumeTimeout)
 	defer cancel()
-	cl, err := c.forwardClient(ctx, addr)
+	id, cl, err := c.ownerClient(ctx, queue)
 	if err != nil {
-		return nil, 0, true, fmt.Errorf("%w: queue %s is served by node %s at %s, which this node cannot reach: %w",
-			appliance.ErrUnavailable, queue, id, addr, err)
+		return nil, 0, true, err
 	}
 	p := &proxyConsumer{deliver: o.Deliver, held: map[uint64]*client.Delivery{},
 		log: c.log.With("queue", queue, "owner", id)}

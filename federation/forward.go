@@ -50,8 +50,7 @@ func (c *Cluster) Owner(queue string) (id, addr string, ok bool) {
 // queue, or no node does). done gets the owner's confirm, or its error
 // mapped back to the broker's sentinels.
 func (c *Cluster) Forward(queue string, m appliance.Message, done func(appliance.Confirm, error)) bool {
-	id, addr, ok := c.Owner(queue)
-	if !ok {
+	if _, _, ok := c.Owner(queue); !ok {
 		return false
 	}
 	c.fwdMu.Lock() // Close closes stop under it: no Add after its Wait
@@ -68,9 +67,9 @@ func (c *Cluster) Forward(queue string, m appliance.Message, done func(appliance
 		defer c.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
 		defer cancel()
-		cl, err := c.forwardClient(ctx, addr)
+		id, cl, err := c.ownerClient(ctx, queue)
 		if err != nil {
-			done(appliance.Confirm{}, fmt.Errorf("%w: forward to node %s at %s: %w", appliance.ErrUnavailable, id, addr, err))
+			done(appliance.Confirm{}, err)
 			return
 		}
 		headers := make([]client.Header, len(m.Headers))
@@ -85,6 +84,36 @@ func (c *Cluster) Forward(queue string, m appliance.Message, done func(appliance
 		done(appliance.Confirm{Partition: cf.Partition, Offset: cf.Offset, Duplicate: cf.Duplicate}, nil)
 	}()
 	return true
+}
+
+// ownerClient returns the connection to the node serving queue. While
+// that node cannot be reached (it may be restarting) it retries with
+// backoff until ctx ends, reading the owner's address again each time:
+// a restarted node announces the address it listens on now.
+func (c *Cluster) ownerClient(ctx context.Context, queue string) (id string, cl *client.Client, err error) {
+	delay := 20 * time.Millisecond
+	for {
+		id, addr, ok := c.Owner(queue)
+		if !ok {
+			return "", nil, fmt.Errorf("%w: queue %s has no serving node", appliance.ErrNotFound, queue)
+		}
+		cl, err := c.forwardClient(ctx, addr)
+		if err == nil {
+			return id, cl, nil
+		}
+		if errors.Is(err, ErrClosed) {
+			return id, nil, fmt.Errorf("%w: node closing", appliance.ErrUnavailable)
+		}
+		select {
+		case <-ctx.Done():
+			return id, nil, fmt.Errorf("%w: queue %s is served by node %s at %s, which this node cannot reach: %w",
+				appliance.ErrUnavailable, queue, id, addr, err)
+		case <-c.stop:
+			return id, nil, fmt.Errorf("%w: node closing", appliance.ErrUnavailable)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+	}
 }
 
 // forwardClient returns the connection to the client listener at addr,

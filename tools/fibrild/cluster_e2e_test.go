@@ -46,29 +46,10 @@ func TestClusterOfThreeProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs three fibrild processes")
 	}
-	bin := buildDaemon(t)
-	ports := freePorts(t, 3)
-	ids := []string{"n1", "n2", "n3"}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	procs := map[string]*fibrildproc.Process{}
-	for i, id := range ids {
-		var peers []string
-		for j, other := range ids {
-			if j != i {
-				peers = append(peers, other+"@"+ports[j])
-			}
-		}
-		p, err := fibrildproc.Start(ctx, fibrildproc.Options{Bin: bin, DataDir: filepath.Join(t.TempDir(), id),
-			Args: []string{"--storage.min_free", "0", "--storage.segment_size", "1MiB",
-				"--cluster.node_id", id, "--cluster.listen", ports[i], "--cluster.peers", strings.Join(peers, ","),
-				"--cluster.bootstrap", "true"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		procs[id] = p
-		t.Cleanup(p.Kill)
-	}
+	cp := startClusterProcs(t, ctx)
+	ids, procs := cp.ids, cp.procs
 	clients := map[string]*client.Client{}
 	for id, p := range procs {
 		c, err := client.Dial(ctx, p.Addr, client.Options{})
@@ -191,6 +172,50 @@ func TestClusterOfThreeProcesses(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("join via a bad peer address: %d, want 400", resp.StatusCode)
 	}
+}
+
+// clusterProcs is a cluster of three fibrild processes on loopback, each
+// restartable on its own data directory.
+type clusterProcs struct {
+	ids   []string
+	opts  map[string]fibrildproc.Options
+	procs map[string]*fibrildproc.Process
+}
+
+// startClusterProcs starts n1, n2 and n3, each bootstrapping with the
+// other two as peers.
+func startClusterProcs(t *testing.T, ctx context.Context) *clusterProcs {
+	t.Helper()
+	bin := buildDaemon(t)
+	ports := freePorts(t, 3)
+	cp := &clusterProcs{ids: []string{"n1", "n2", "n3"}, opts: map[string]fibrildproc.Options{},
+		procs: map[string]*fibrildproc.Process{}}
+	for i, id := range cp.ids {
+		var peers []string
+		for j, other := range cp.ids {
+			if j != i {
+				peers = append(peers, other+"@"+ports[j])
+			}
+		}
+		cp.opts[id] = fibrildproc.Options{Bin: bin, DataDir: filepath.Join(t.TempDir(), id),
+			Args: []string{"--storage.min_free", "0", "--storage.segment_size", "1MiB",
+				"--cluster.node_id", id, "--cluster.listen", ports[i], "--cluster.peers", strings.Join(peers, ","),
+				"--cluster.bootstrap", "true"}}
+		cp.start(t, ctx, id)
+	}
+	return cp
+}
+
+// start starts (or restarts) node id on its data directory.
+func (cp *clusterProcs) start(t *testing.T, ctx context.Context, id string) *fibrildproc.Process {
+	t.Helper()
+	p, err := fibrildproc.Start(ctx, cp.opts[id])
+	if err != nil {
+		t.Fatalf("start %s: %v", id, err)
+	}
+	cp.procs[id] = p
+	t.Cleanup(p.Kill)
+	return p
 }
 
 // waitView polls GET /api/cluster at admin into v until ready holds.
