@@ -14,10 +14,12 @@ import (
 	"github.com/fibril-edge/fibril/federation/control"
 )
 
-type joinRecorder struct{ peer string }
+type joinRecorder struct{ peer, policy string }
 
-func (j *joinRecorder) DeclarePolicy(context.Context, appliance.QueueConfig, string) (control.Queue, bool, error) {
-	return control.Queue{}, false, nil
+func (j *joinRecorder) DeclarePolicy(_ context.Context, c appliance.QueueConfig, policy string) (control.Queue, bool, error) {
+	j.policy = policy
+	c.Durability = appliance.Durable
+	return control.Queue{Config: c.WithDefaults()}, true, nil
 }
 func (j *joinRecorder) JoinVia(_ context.Context, peer string) error { j.peer = peer; return nil }
 func (j *joinRecorder) Owner(string) (string, string, bool)          { return "", "", false }
@@ -31,6 +33,7 @@ func TestClusterCommands(t *testing.T) {
 	t.Setenv(envAdmin, solo)
 	runCLI("cluster", "status").want(t, 3, "", "not a cluster member")
 	runCLI("cluster", "join", "10.0.0.1:7422").want(t, 3, "", "not a cluster node")
+	runCLI("queue", "declare", "orders", "--policy", "majority_durable").want(t, 1, "", "cluster nodes only")
 
 	b, err := appliance.Open(appliance.Options{DataDir: "d", FS: vfs.NewMem(), MinFreeBytes: -1, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -64,4 +67,8 @@ func TestClusterCommands(t *testing.T) {
 		t.Fatalf("join sent %q", ops.peer)
 	}
 	runCLI("cluster", "join", "nowhere").want(t, 2, "", "host:port")
+	runCLI("queue", "declare", "orders", "--policy", "replica_durable:2").want(t, 0, "declared orders (durable", "")
+	if ops.policy != "replica_durable:2" {
+		t.Fatalf("declare sent policy %q", ops.policy)
+	}
 }

@@ -38,7 +38,10 @@ declare rules: declaring an existing queue with the same mode succeeds, the
 other mode is a conflict (exit status 4). A durable queue confirms a publish
 once it is synced to disk; a buffered one once the operating system has it,
 so a power loss can lose what was confirmed since the last background sync.
-Flags not given are left to the broker's defaults.
+On a cluster node --policy names how many copies confirm and deliver:
+replica_durable:N, majority_durable or replica_buffered:N (see
+docs/cluster.md); it implies the mode. Flags not given are left to the
+broker's defaults.
 `
 
 const queueRmHelp = `Usage: fibril queue rm NAME [flags]
@@ -147,6 +150,7 @@ func runQueueDeclare(ctx context.Context, args []string, stdout, stderr io.Write
 	maxMessages := fs.Int64("max-messages", 0, "bound on the queue's messages")
 	dropOldest := fs.Bool("drop-oldest", false, "when full, drop the oldest messages instead of refusing publishes")
 	dedupe := fs.Duration("dedupe-window", 0, "how long message IDs are remembered to drop duplicates")
+	policy := fs.String("policy", "", "cluster replication policy: replica_durable:N, majority_durable or replica_buffered:N")
 	conn.addAdminFlags(fs)
 	if done, err := parseFlags(fs, queueDeclareHelp, args, stdout); done || err != nil {
 		return err
@@ -180,6 +184,7 @@ func runQueueDeclare(ctx context.Context, args []string, stdout, stderr io.Write
 		req["overflow"] = "drop-oldest"
 	}
 	set("dedupe-window", "dedupe_window_ms", dedupe.Milliseconds())
+	set("policy", "policy", *policy)
 	for _, d := range []*time.Duration{ackDeadline, dedupe} {
 		if *d < 0 {
 			return usagef("durations must not be negative")
