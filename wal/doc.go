@@ -33,6 +33,10 @@
 //     next sync before any record in it counts as durable.
 //   - Retention (AdvanceHead) never passes the durable frontier and removes
 //     only whole segments below the head, off the writer goroutine.
+//   - Rebase moves an empty log forward to a base offset (a replica starting
+//     at its owner's head): it removes the empty segment and syncs the
+//     directory before creating and syncing the segment at the base, so a
+//     crash leaves either the old empty log or the rebased one.
 //
 // # On-disk format
 //

@@ -32,6 +32,8 @@ var (
 	// ErrHeadBeyondDurable is returned when retention would move the head past
 	// the durable frontier.
 	ErrHeadBeyondDurable = errors.New("wal: head cannot pass the durable frontier")
+	// ErrNotEmpty is returned by Rebase on a log that holds records.
+	ErrNotEmpty = errors.New("wal: log holds records")
 	// ErrCorrupt is matched by every *CorruptionError.
 	ErrCorrupt = errors.New("wal: corrupt record")
 	// ErrNoSpace is returned by an append that needed a new segment when the

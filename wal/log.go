@@ -168,6 +168,13 @@ func (l *Log) checkBatch(entries []Entry, d Durability) (int, error) {
 	return size, nil
 }
 
+// MaxBatchBytes is the most segment bytes one append may take (a batch
+// never spans segments); RecordSize gives each record's share.
+func (l *Log) MaxBatchBytes() int64 { return l.opts.SegmentSize - segmentHeaderSize }
+
+// RecordSize is the segment bytes a record with an n-byte payload takes.
+func RecordSize(n int) int { return encodedSize(n) }
+
 // WrittenNext is the offset after the last record handed to the kernel.
 func (l *Log) WrittenNext() uint64 { return l.written.load() }
 

@@ -231,3 +231,17 @@ func (l *Log) locate(seg *segment, offset uint64) (int64, error) {
 		pos += int64(at)
 	}
 }
+
+// CachedFrom is the lowest offset the tail cache holds: reads from there to
+// the written frontier are served from memory, reads below it go to the
+// segment files. An empty cache reports WrittenNext; ok is false when the
+// cache is off.
+func (l *Log) CachedFrom() (from uint64, ok bool) {
+	if l.cache == nil {
+		return 0, false
+	}
+	if from, held := l.cache.from(); held {
+		return from, true
+	}
+	return l.written.load(), true
+}

@@ -31,10 +31,11 @@ type tailBlock struct {
 type tailCache struct {
 	budget int64
 
-	mu     sync.RWMutex // guards first, blocks and cost
+	mu     sync.RWMutex // guards first, blocks, cost and low
 	first  uint64       // block id of blocks[0]
 	blocks []*tailBlock // consecutive block ids from first, oldest first
 	cost   int64        // bytes held by blocks
+	low    uint64       // lowest offset held when blocks is not empty
 }
 
 func newTailCache(budget int64) (*tailCache, error) {
@@ -48,7 +49,7 @@ func (t *tailCache) put(first uint64, buf []byte, starts []int) {
 	cp := bytes.Clone(buf)
 	for i := 0; i < len(starts); {
 		id := (first + uint64(i)) >> tailBlockShift
-		b := t.blockFor(id)
+		b := t.blockFor(first + uint64(i))
 		var added int64
 		b.mu.Lock()
 		for ; i < len(starts) && (first+uint64(i))>>tailBlockShift == id; i++ {
@@ -68,9 +69,10 @@ func (t *tailCache) put(first uint64, buf []byte, starts []int) {
 	}
 }
 
-// blockFor returns the newest block if it is id's, or starts a new one
-// (restarting the window if id does not follow it).
-func (t *tailCache) blockFor(id uint64) *tailBlock {
+// blockFor returns the newest block if it is offset's, or starts a new one
+// (restarting the window at offset if its block does not follow it).
+func (t *tailCache) blockFor(offset uint64) *tailBlock {
+	id := offset >> tailBlockShift
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if n := uint64(len(t.blocks)); n > 0 && t.first+n-1 == id {
@@ -78,7 +80,7 @@ func (t *tailCache) blockFor(id uint64) *tailBlock {
 	}
 	if n := uint64(len(t.blocks)); n == 0 || t.first+n != id {
 		clear(t.blocks)
-		t.blocks, t.first, t.cost = t.blocks[:0], id, 0
+		t.blocks, t.first, t.cost, t.low = t.blocks[:0], id, 0, offset
 	}
 	b := &tailBlock{}
 	t.blocks = append(t.blocks, b)
@@ -93,7 +95,16 @@ func (t *tailCache) evictLocked() {
 		t.blocks[0] = nil
 		t.blocks = t.blocks[1:]
 		t.first++
+		t.low = max(t.low, t.first<<tailBlockShift)
 	}
+}
+
+// from returns the lowest offset the cache holds, or false when it holds
+// nothing.
+func (t *tailCache) from() (uint64, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.low, len(t.blocks) > 0
 }
 
 // get returns offset's encoded record if the cache holds it.

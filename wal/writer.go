@@ -17,12 +17,14 @@ const (
 	ctlCrash             // stop without syncing, as a process crash would (tests)
 	ctlSeal
 	ctlSettings
+	ctlRebase
 )
 
 // control is a request to the writer goroutine other than an append.
 type control struct {
 	kind      controlKind
 	epoch     uint64
+	base      uint64        // ctlRebase
 	interval  time.Duration // ctlSettings: zero keeps, negative turns off
 	threshold int64         // ctlSettings: zero keeps, negative turns off
 	reply     chan error
@@ -350,6 +352,8 @@ func (w *writer) handleControl(m control) error {
 		}
 		w.afterWrite()
 		return nil
+	case ctlRebase:
+		return w.rebase(m.base)
 	}
 	return fmt.Errorf("wal: unknown control %d", m.kind)
 }
