@@ -9,6 +9,8 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -18,6 +20,9 @@ import (
 // durableMode is appliance.Durable's value in Hello.Durability.
 const durableMode = 1
 
+// DefaultPullBytes bounds the catch-up batch a follower Pulls.
+const DefaultPullBytes = 1 << 20
+
 // FollowerOptions configure a Follower.
 type FollowerOptions struct {
 	// Dir holds one log per replicated partition: Dir/<queue>/<partition>.
@@ -26,6 +31,13 @@ type FollowerOptions struct {
 	FS vfs.FS
 	// SegmentSize of replica logs; default the log's default.
 	SegmentSize int64
+	// BackgroundSyncInterval of replica logs; default the log's default,
+	// negative turns the timer off (pushed records of buffered queues then
+	// sync at the log's byte bound, or with the next synced append).
+	BackgroundSyncInterval time.Duration
+	// PullBytes bounds each catch-up batch the follower asks for; default
+	// DefaultPullBytes (the owner may send less).
+	PullBytes int
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -58,6 +70,9 @@ func NewFollower(o FollowerOptions) *Follower {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.PullBytes <= 0 || o.PullBytes > MaxFrame/2 {
+		o.PullBytes = DefaultPullBytes
+	}
 	return &Follower{opts: o, replicas: map[string]*replica{}}
 }
 
@@ -89,7 +104,7 @@ func (f *Follower) attach(h Hello, c net.Conn) (*replica, chan struct{}, error) 
 	if !ok {
 		dir := f.opts.FS.PathJoin(f.opts.Dir, h.Queue, strconv.FormatUint(uint64(h.Partition), 10))
 		log, err := wal.Open(dir, wal.Options{FS: f.opts.FS, SegmentSize: f.opts.SegmentSize,
-			Logger: f.opts.Logger.With("replica", key)})
+			BackgroundSyncInterval: f.opts.BackgroundSyncInterval, Logger: f.opts.Logger.With("replica", key)})
 		if err != nil {
 			f.mu.Unlock()
 			return nil, nil, fmt.Errorf("open replica %s: %w", key, err)
@@ -152,15 +167,21 @@ func (f *Follower) Serve(c net.Conn) {
 		return
 	}
 	log := r.log
+	if err := f.startAtHead(log, h); err != nil {
+		f.opts.Logger.Error("replica cannot follow", "queue", h.Queue, "partition", h.Partition, "err", err)
+		w.send(Refuse{Reason: err.Error()})
+		return
+	}
 	hello := Position{Written: log.WrittenNext(), Durable: log.DurableNext()}
 	if err := w.send(hello); err != nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	completions := make(chan *wal.Completion, 256)
+	completions := make(chan pendingAppend, 256)
+	var pullOwed atomic.Bool // a catch-up batch is appending; its Pull is not sent yet
 	var wg sync.WaitGroup
 	wg.Add(3)
-	go func() { defer wg.Done(); f.checkAppends(c, w, completions) }()
+	go func() { defer wg.Done(); f.checkAppends(c, w, completions, &pullOwed) }()
 	go func() { defer wg.Done(); f.watch(ctx, w, log, hello, false) }()
 	go func() { defer wg.Done(); f.watch(ctx, w, log, hello, true) }()
 	// On return: no more appends, stop the watcher, wait for both.
@@ -178,12 +199,22 @@ func (f *Follower) Serve(c net.Conn) {
 			w.send(Refuse{Reason: "expected batch"})
 			return
 		}
+		if pullOwed.Load() {
+			w.send(Refuse{Reason: fmt.Sprintf("batch at %d before the pull for the last catch-up batch", b.First)})
+			return
+		}
 		if b.First > next {
 			w.send(Refuse{Reason: fmt.Sprintf("gap: batch starts at %d, the copy ends at %d", b.First, next)})
 			return
 		}
 		skip := next - b.First // records the copy has already
 		if skip >= uint64(len(b.Records)) {
+			if b.CatchUp {
+				// Its Pull would ask for records the owner did not send.
+				w.send(Refuse{Reason: fmt.Sprintf("catch-up batch %d to %d is behind the copy's end %d",
+					b.First, b.First+uint64(len(b.Records)), next)})
+				return
+			}
 			continue
 		}
 		entries := make([]wal.Entry, 0, len(b.Records)-int(skip))
@@ -191,30 +222,90 @@ func (f *Follower) Serve(c net.Conn) {
 			entries = append(entries, wal.Entry{Type: rec.Type, Payload: rec.Payload})
 		}
 		d := wal.AfterFlush
-		if h.Durability == durableMode || b.Sync {
+		if h.Durability == durableMode || b.CatchUp {
 			d = wal.AfterFsync
 		}
-		select {
-		case completions <- log.AppendAsync(entries, d):
-		case <-ctx.Done():
-			return
+		pullOwed.Store(b.CatchUp)
+		// The owner's batch may be larger than one append of the copy can
+		// be; the Pull waits for the last part.
+		parts := splitBatch(entries, log.MaxBatchBytes())
+		for i, part := range parts {
+			a := pendingAppend{comp: log.AppendAsync(part, d), pull: b.CatchUp && i == len(parts)-1}
+			select {
+			case completions <- a:
+			case <-ctx.Done():
+				return
+			}
 		}
 		next += uint64(len(entries))
 	}
 }
 
-// checkAppends waits for the appends in order; a failed one ends the
-// stream (the copy's log has latched).
-func (f *Follower) checkAppends(c net.Conn, w *frameWriter, completions <-chan *wal.Completion) {
-	for comp := range completions {
-		<-comp.Done()
-		if _, err := comp.Result(); err != nil {
+// splitBatch cuts entries into runs of at most limit segment bytes (a
+// record alone over it stays alone, for the log to refuse).
+func splitBatch(entries []wal.Entry, limit int64) [][]wal.Entry {
+	var parts [][]wal.Entry
+	start, size := 0, int64(0)
+	for i, e := range entries {
+		n := int64(wal.RecordSize(len(e.Payload)))
+		if i > start && size+n > limit {
+			parts = append(parts, entries[start:i])
+			start, size = i, 0
+		}
+		size += n
+	}
+	return append(parts, entries[start:])
+}
+
+// startAtHead moves an empty copy that ends before the owner's head up to
+// it, so that a new follower of a queue whose first records retention has
+// removed can start. A copy holding records, all before the head, is
+// refused: dropping a replica's records is left to recovery, which
+// decides which history the cluster keeps.
+func (f *Follower) startAtHead(log *wal.Log, h Hello) error {
+	end := log.WrittenNext()
+	if end >= h.Head {
+		return nil
+	}
+	if start := log.Head(); start != end {
+		return fmt.Errorf("the copy holds records %d to %d, all before the owner's head %d: "+
+			"it cannot follow until recovery replaces it (or it is removed)", start, end, h.Head)
+	}
+	if err := log.Rebase(context.Background(), h.Head); err != nil {
+		return fmt.Errorf("start the empty copy at the owner's head %d: %w", h.Head, err)
+	}
+	f.opts.Logger.Info("empty replica starts at the owner's head", "queue", h.Queue, "partition", h.Partition,
+		"from", end, "head", h.Head)
+	return nil
+}
+
+// pendingAppend is one append of the stream; pull says it holds a
+// catch-up batch, whose Pull follows once it is synced.
+type pendingAppend struct {
+	comp *wal.Completion
+	pull bool
+}
+
+// checkAppends waits for the appends in order and sends the Pull that
+// follows each synced catch-up batch; a failed append ends the stream
+// (the copy's log has latched).
+func (f *Follower) checkAppends(c net.Conn, w *frameWriter, appends <-chan pendingAppend, pullOwed *atomic.Bool) {
+	for a := range appends {
+		<-a.comp.Done()
+		res, err := a.comp.Result()
+		if err != nil {
 			f.opts.Logger.Error("replica append failed; closing the stream", "err", err)
 			w.send(Refuse{Reason: "append failed: " + err.Error()})
 			c.Close()
-			for range completions {
+			for range appends {
 			}
 			return
+		}
+		if a.pull {
+			// AfterFsync completed: everything before res.Next is
+			// durable, and nothing follows it until this Pull is answered.
+			pullOwed.Store(false)
+			w.send(Pull{From: res.Next, Max: uint32(f.opts.PullBytes)})
 		}
 	}
 }

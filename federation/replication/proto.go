@@ -15,15 +15,36 @@ import (
 //
 // little endian, strings and payloads as u32 length + bytes:
 //
-//	Hello    owner → follower  epoch u64 | durability u8 | partition u32 | queue | owner id
+//	Hello    owner → follower  epoch u64 | durability u8 | partition u32 | head u64 | queue | owner id
 //	Position follower → owner  written u64 | durable u64 (both "next": one past the last record)
-//	Batch    owner → follower  first u64 | sync u8 | count u32 | count × (type u8 | payload)
+//	Batch    owner → follower  first u64 | catch-up u8 (0 or 1) | count u32 | count × (type u8 | payload)
 //	Refuse   follower → owner  reason
+//	Pull     follower → owner  from u64 | max bytes u32
 //
-// The follower answers Hello with its Position; the owner then streams
-// Batches from that position, and the follower reports a Position after
-// each append completes and whenever its durable frontier moves. Written
-// and durable travel in separate fields; nothing durable ever carries a
+// The follower answers Hello with its Position. A copy that is empty and
+// ends before the owner's head first moves up to the head, so that a new
+// follower of a queue whose first records retention has removed can start;
+// a copy holding records that all lie before the head is refused. The
+// owner then sends Batches from that position in one of two modes:
+//
+//   - Push (early replication), while the follower is within the
+//     sender's CatchUpLag of the owner's written end and at or above what
+//     the owner's tail cache holds: batches go out as soon as records are
+//     written, pipelined, and the follower appends them AfterFlush for a
+//     buffered queue, AfterFsync for a durable one.
+//   - Catch-up, further behind: the owner sends one Batch flagged
+//     catch-up and nothing more until the follower Pulls. The follower
+//     appends each catch-up batch AfterFsync and, once it is synced, sends
+//     Pull from its durable position (which is where the batch ended); the
+//     owner answers each Pull with exactly one Batch, read from its
+//     segment files. Each batch is thus synced before the next is read.
+//     When a Pull finds the follower close enough again, the answer is a
+//     push batch and the stream goes back to push.
+//
+// The follower reports a Position after each append completes and
+// whenever its durable frontier moves, in both modes; a Pull also counts
+// as a position whose written and durable parts are its from. Written and
+// durable travel in separate fields; nothing durable ever carries a
 // written position.
 
 // ErrFrame is returned for a malformed frame.
@@ -37,6 +58,7 @@ const (
 	typePosition byte = 2
 	typeBatch    byte = 3
 	typeRefuse   byte = 4
+	typePull     byte = 5
 )
 
 // Frame is one protocol message.
@@ -47,8 +69,11 @@ type Hello struct {
 	Epoch      uint64
 	Durability uint8 // appliance.Durability of the queue
 	Partition  uint32
-	Queue      string
-	Owner      string
+	// Head is the lowest offset the owner's log still holds; the sender
+	// fills it in at each connection.
+	Head  uint64
+	Queue string
+	Owner string
 }
 
 // Position is a follower's progress: written and durable, each one past
@@ -64,12 +89,12 @@ type Record struct {
 	Payload []byte
 }
 
-// Batch carries consecutive records starting at offset First. Sync asks
-// the follower to append it synced whatever the queue's mode (the
-// catch-up path).
+// Batch carries consecutive records starting at offset First. CatchUp
+// marks a batch of the catch-up path: the follower appends it synced
+// whatever the queue's mode, and Pulls the next once it is synced.
 type Batch struct {
 	First   uint64
-	Sync    bool
+	CatchUp bool
 	Records []Record
 }
 
@@ -77,10 +102,20 @@ type Batch struct {
 // partition).
 type Refuse struct{ Reason string }
 
+// Pull asks for the next catch-up batch, from offset From (the follower's
+// durable position, every record before it synced), of at most Max
+// payload bytes (the first record always comes; zero means the owner's
+// bound).
+type Pull struct {
+	From uint64
+	Max  uint32
+}
+
 func (Hello) frameType() byte    { return typeHello }
 func (Position) frameType() byte { return typePosition }
 func (Batch) frameType() byte    { return typeBatch }
 func (Refuse) frameType() byte   { return typeRefuse }
+func (Pull) frameType() byte     { return typePull }
 
 // appendFrame encodes f onto b.
 func appendFrame(b []byte, f Frame) []byte {
@@ -91,6 +126,7 @@ func appendFrame(b []byte, f Frame) []byte {
 		b = binary.LittleEndian.AppendUint64(b, f.Epoch)
 		b = append(b, f.Durability)
 		b = binary.LittleEndian.AppendUint32(b, f.Partition)
+		b = binary.LittleEndian.AppendUint64(b, f.Head)
 		b = appendBytes(b, []byte(f.Queue))
 		b = appendBytes(b, []byte(f.Owner))
 	case Position:
@@ -98,11 +134,11 @@ func appendFrame(b []byte, f Frame) []byte {
 		b = binary.LittleEndian.AppendUint64(b, f.Durable)
 	case Batch:
 		b = binary.LittleEndian.AppendUint64(b, f.First)
-		var s byte
-		if f.Sync {
-			s = 1
+		var c byte
+		if f.CatchUp {
+			c = 1
 		}
-		b = append(b, s)
+		b = append(b, c)
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(f.Records)))
 		for _, r := range f.Records {
 			b = append(b, r.Type)
@@ -110,6 +146,9 @@ func appendFrame(b []byte, f Frame) []byte {
 		}
 	case Refuse:
 		b = appendBytes(b, []byte(f.Reason))
+	case Pull:
+		b = binary.LittleEndian.AppendUint64(b, f.From)
+		b = binary.LittleEndian.AppendUint32(b, f.Max)
 	}
 	binary.LittleEndian.PutUint32(b[start:], uint32(len(b)-start-4))
 	return b
@@ -143,11 +182,19 @@ func decodeFrame(body []byte) (Frame, error) {
 	var f Frame
 	switch body[0] {
 	case typeHello:
-		f = Hello{Epoch: d.u64(), Durability: d.u8(), Partition: d.u32(), Queue: string(d.bytes()), Owner: string(d.bytes())}
+		f = Hello{Epoch: d.u64(), Durability: d.u8(), Partition: d.u32(), Head: d.u64(),
+			Queue: string(d.bytes()), Owner: string(d.bytes())}
 	case typePosition:
 		f = Position{Written: d.u64(), Durable: d.u64()}
 	case typeBatch:
-		bt := Batch{First: d.u64(), Sync: d.u8() == 1}
+		bt := Batch{First: d.u64()}
+		switch d.u8() {
+		case 0:
+		case 1:
+			bt.CatchUp = true
+		default:
+			return nil, fmt.Errorf("%w: batch flag", ErrFrame)
+		}
 		n := d.u32()
 		if uint64(n) > uint64(len(d.b))/5 { // each record takes at least 5 bytes
 			return nil, fmt.Errorf("%w: %d records in %d bytes", ErrFrame, n, len(d.b))
@@ -159,6 +206,8 @@ func decodeFrame(body []byte) (Frame, error) {
 		f = bt
 	case typeRefuse:
 		f = Refuse{Reason: string(d.bytes())}
+	case typePull:
+		f = Pull{From: d.u64(), Max: d.u32()}
 	default:
 		return nil, fmt.Errorf("%w: type %d", ErrFrame, body[0])
 	}

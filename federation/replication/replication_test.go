@@ -189,9 +189,9 @@ func TestGateCounts(t *testing.T) {
 }
 
 func FuzzDecodeFrame(f *testing.F) {
-	for _, fr := range []Frame{Hello{Epoch: 3, Durability: 1, Partition: 2, Queue: "q", Owner: "n1"},
-		Position{Written: 9, Durable: 4}, Batch{First: 7, Sync: true, Records: []Record{{1, []byte("x")}, {2, nil}}},
-		Refuse{Reason: "no"}} {
+	for _, fr := range []Frame{Hello{Epoch: 3, Durability: 1, Partition: 2, Head: 40, Queue: "q", Owner: "n1"},
+		Position{Written: 9, Durable: 4}, Batch{First: 7, CatchUp: true, Records: []Record{{1, []byte("x")}, {2, nil}}},
+		Batch{First: 8, Records: []Record{{3, []byte("y")}}}, Refuse{Reason: "no"}, Pull{From: 11, Max: 1 << 20}} {
 		f.Add(appendFrame(nil, fr))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

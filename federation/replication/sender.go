@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fibril-edge/fibril/wal"
@@ -17,8 +18,7 @@ import (
 const (
 	DefaultMaxBatchBytes = 1 << 20
 	// DefaultCatchUpLag: a follower further behind than this many records
-	// is catching up, reading what the owner's tail cache no longer holds;
-	// its batches are appended synced.
+	// is catching up through the pull path, one synced batch per Pull.
 	DefaultCatchUpLag = 4096
 	// DefaultRetry is the first reconnect delay; it doubles up to 5 s.
 	DefaultRetry = 50 * time.Millisecond
@@ -26,6 +26,7 @@ const (
 
 // SenderOptions configure one owner-to-follower stream.
 type SenderOptions struct {
+	// Hello opens each connection; its Head is filled in from Log.
 	Hello Hello
 	// Follower is the follower's id, as the gate knows it.
 	Follower string
@@ -38,20 +39,34 @@ type SenderOptions struct {
 	Gate *Gate
 	// MaxBatchBytes bounds a batch; default DefaultMaxBatchBytes.
 	MaxBatchBytes int
-	// CatchUpLag; default DefaultCatchUpLag.
+	// CatchUpLag: the stream catches up through pulls while it is more
+	// than this many records behind the owner's written end, or below what
+	// the owner's tail cache holds; default DefaultCatchUpLag.
 	CatchUpLag uint64
 	// Retry is the first reconnect delay; default DefaultRetry.
 	Retry  time.Duration
 	Logger *slog.Logger
 }
 
+// SenderStats count a stream's batches since its sender started.
+type SenderStats struct {
+	PushBatches    uint64 // sent as records were written (early replication)
+	CatchUpBatches uint64 // sent on the catch-up path, each appended synced
+	Pulls          uint64 // catch-up Pulls answered
+	CatchingUp     bool   // the stream is catching up now
+}
+
 // Sender pushes a partition's records to one follower as soon as they are
-// written (early replication), and feeds the follower's positions to the
-// gate. It reconnects with backoff until closed.
+// written (early replication), lets a follower that is far behind catch
+// up through pulls, and feeds the follower's positions to the gate. It
+// reconnects with backoff until closed.
 type Sender struct {
 	o      SenderOptions
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	pushBatches, catchUpBatches, pulls atomic.Uint64
+	catchingUp                         atomic.Bool
 }
 
 // StartSender starts the stream's goroutine.
@@ -81,6 +96,12 @@ func (s *Sender) Close() {
 	<-s.done
 }
 
+// Stats returns the stream's counters.
+func (s *Sender) Stats() SenderStats {
+	return SenderStats{PushBatches: s.pushBatches.Load(), CatchUpBatches: s.catchUpBatches.Load(),
+		Pulls: s.pulls.Load(), CatchingUp: s.catchingUp.Load()}
+}
+
 func (s *Sender) run(ctx context.Context) {
 	defer close(s.done)
 	delay := s.o.Retry
@@ -100,7 +121,8 @@ func (s *Sender) run(ctx context.Context) {
 }
 
 // stream runs one connection: hello, then batches from the follower's
-// position, while a reader goroutine passes positions to the gate.
+// position, while a reader goroutine passes positions to the gate and
+// pulls to the sending loop.
 func (s *Sender) stream(ctx context.Context) error {
 	c, err := s.o.Dial(ctx, s.o.Addr)
 	if err != nil {
@@ -112,7 +134,9 @@ func (s *Sender) stream(ctx context.Context) error {
 	defer stop()
 	defer c.Close()
 	w := bufio.NewWriterSize(c, 64<<10)
-	if _, err := w.Write(appendFrame(nil, s.o.Hello)); err != nil {
+	hello := s.o.Hello
+	hello.Head = s.o.Log.Head()
+	if _, err := w.Write(appendFrame(nil, hello)); err != nil {
 		return err
 	}
 	if err := w.Flush(); err != nil {
@@ -136,19 +160,26 @@ func (s *Sender) stream(ctx context.Context) error {
 		return fmt.Errorf("follower at %d is behind the owner's head %d", pos.Written, head)
 	}
 	readErr := make(chan error, 1)
+	pulls := make(chan Pull, 1)
 	go func() {
-		readErr <- s.readPositions(br)
+		readErr <- s.readFollower(br, pulls)
 		cancel()
 	}()
-	err = s.send(ctx, w, pos.Written)
+	err = s.send(ctx, w, pos.Written, pulls)
 	cancel()
-	if rerr := <-readErr; rerr != nil && !errors.Is(err, context.Canceled) {
-		err = errors.Join(err, rerr)
+	if rerr := <-readErr; rerr != nil {
+		if errors.Is(err, context.Canceled) {
+			err = rerr // the reader ended the stream: its error says why
+		} else {
+			err = errors.Join(err, rerr)
+		}
 	}
 	return err
 }
 
-func (s *Sender) readPositions(br *bufio.Reader) error {
+// readFollower passes positions to the gate and pulls to the sending
+// loop, which answers one at a time.
+func (s *Sender) readFollower(br *bufio.Reader, pulls chan<- Pull) error {
 	for {
 		fr, err := readFrame(br)
 		if err != nil {
@@ -157,6 +188,14 @@ func (s *Sender) readPositions(br *bufio.Reader) error {
 		switch f := fr.(type) {
 		case Position:
 			s.o.Gate.Update(s.o.Follower, f)
+		case Pull:
+			// Everything before From is synced on the follower.
+			s.o.Gate.Update(s.o.Follower, Position{Written: f.From, Durable: f.From})
+			select {
+			case pulls <- f:
+			default:
+				return fmt.Errorf("%w: pull at %d while one is unanswered", ErrFrame, f.From)
+			}
 		case Refuse:
 			return fmt.Errorf("follower refused: %s", f.Reason)
 		default:
@@ -165,16 +204,38 @@ func (s *Sender) readPositions(br *bufio.Reader) error {
 	}
 }
 
-// send streams records from cursor on, waiting at the written frontier.
-func (s *Sender) send(ctx context.Context, w *bufio.Writer, cursor uint64) error {
+// send streams records from cursor on. Near the written end it pushes,
+// waiting at the written frontier; behind it, it sends one catch-up batch
+// and then one more in answer to each Pull.
+func (s *Sender) send(ctx context.Context, w *bufio.Writer, cursor uint64, pulls <-chan Pull) error {
 	var buf []byte
+	pullOwed := false // a catch-up batch went out; its Pull has not come
 	for {
+		maxBytes := s.o.MaxBatchBytes
+		if pullOwed {
+			var p Pull
+			select {
+			case p = <-pulls:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if p.From != cursor {
+				return fmt.Errorf("%w: pull from %d, the stream is at %d", ErrFrame, p.From, cursor)
+			}
+			if p.Max > 0 {
+				maxBytes = min(maxBytes, int(p.Max))
+			}
+			s.pulls.Add(1)
+			pullOwed = false
+		}
 		if s.o.Log.WrittenNext() <= cursor {
 			if _, err := s.o.Log.WaitWritten(ctx, cursor+1); err != nil {
 				return err
 			}
 		}
-		recs, err := s.o.Log.ReadWritten(cursor, s.o.MaxBatchBytes)
+		catchUp := s.behind(cursor)
+		s.noteMode(catchUp, cursor)
+		recs, err := s.o.Log.ReadWritten(cursor, maxBytes)
 		if err != nil {
 			return fmt.Errorf("read owner log at %d: %w", cursor, err)
 		}
@@ -184,7 +245,7 @@ func (s *Sender) send(ctx context.Context, w *bufio.Writer, cursor uint64) error
 		if recs[0].Offset != cursor {
 			return fmt.Errorf("owner log read at %d returned %d", cursor, recs[0].Offset)
 		}
-		b := Batch{First: cursor, Sync: s.o.Log.WrittenNext()-cursor > s.o.CatchUpLag, Records: make([]Record, len(recs))}
+		b := Batch{First: cursor, CatchUp: catchUp, Records: make([]Record, len(recs))}
 		for i, r := range recs {
 			b.Records[i] = Record{Type: r.Type, Payload: r.Payload}
 		}
@@ -193,12 +254,42 @@ func (s *Sender) send(ctx context.Context, w *bufio.Writer, cursor uint64) error
 			return err
 		}
 		cursor += uint64(len(recs))
-		// Flush when caught up; otherwise let the buffer gather batches.
-		if s.o.Log.WrittenNext() <= cursor || w.Buffered() > 32<<10 {
+		if catchUp {
+			s.catchUpBatches.Add(1)
+			pullOwed = true
+		} else {
+			s.pushBatches.Add(1)
+		}
+		// Flush a catch-up batch (the follower waits for it) and a push
+		// batch that caught up; otherwise let the buffer gather batches.
+		if catchUp || s.o.Log.WrittenNext() <= cursor || w.Buffered() > 32<<10 {
 			if err := w.Flush(); err != nil {
 				return err
 			}
 		}
+	}
+}
+
+// behind says whether a stream at cursor catches up rather than pushes:
+// more than CatchUpLag records behind the written end, or below the
+// owner's tail cache, where every read goes to the segment files.
+func (s *Sender) behind(cursor uint64) bool {
+	if s.o.Log.WrittenNext()-cursor > s.o.CatchUpLag {
+		return true
+	}
+	from, ok := s.o.Log.CachedFrom()
+	return ok && cursor < from
+}
+
+// noteMode records and logs a switch between push and catch-up.
+func (s *Sender) noteMode(catchUp bool, cursor uint64) {
+	if s.catchingUp.Swap(catchUp) == catchUp {
+		return
+	}
+	if catchUp {
+		s.o.Logger.Info("follower is behind; catching up through pulls", "at", cursor, "written", s.o.Log.WrittenNext())
+	} else {
+		s.o.Logger.Info("follower caught up; pushing", "at", cursor)
 	}
 }
 
