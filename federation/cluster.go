@@ -3,7 +3,6 @@ package federation
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -37,8 +36,9 @@ type ClusterOptions struct {
 
 // Cluster ties a node's control plane, its local broker and replication
 // together. It is the broker's appliance.Replication: every partition this
-// node owns gets a gate fed by one stream per follower, and every queue
-// placed on this node is declared in the local broker.
+// node owns gets a gate fed by one stream per follower (followers its
+// assignment gains later, as members join, get theirs then), and every
+// queue placed on this node is declared in the local broker.
 type Cluster struct {
 	node     *Node
 	follower *replication.Follower
@@ -81,6 +81,8 @@ func OpenCluster(o ClusterOptions) (*Cluster, error) {
 		return nil, err
 	}
 	c.node = n
+	c.wg.Add(1)
+	go c.followAssignments()
 	return c, nil
 }
 
@@ -174,48 +176,41 @@ func (c *Cluster) Declare(ctx context.Context, cfg appliance.QueueConfig) (appli
 
 func ownedKey(queue string, partition int) string { return queue + "/" + strconv.Itoa(partition) }
 
-// Attach gives a partition this node owns its gate and its streams.
+// Attach gives a partition this node owns its gate and its streams, and
+// registers it so that followers its assignment gains later get theirs
+// (see followAssignments).
+//
+// A node that restarts opens its queues before raft has replayed the
+// control log to it, so the assignment may not be known yet. The
+// partition then waits for it: nothing is confirmed or delivered, and
+// retention removes nothing, until the assignment says which copies count.
 func (c *Cluster) Attach(queue string, partition int, cfg appliance.QueueConfig, log *wal.Log) appliance.ReplicaGate {
-	st := c.node.State()
-	as := st.Assignments[queue]
-	if partition >= len(as) {
-		c.log.Error("a partition without an assignment opened; it is not replicated", "queue", queue, "partition", partition)
-		return nil
-	}
-	a := as[partition]
-	boundary := replication.Durable
-	if a.Policy.Boundary() == "written" {
-		boundary = replication.Written
-	}
-	op := &ownedPartition{c: c, key: ownedKey(queue, partition), log: log, assignment: a,
-		gate: replication.NewGate(boundary, a.Policy.Required(a.Replicas()), a.Followers)}
-	for _, f := range a.Followers {
-		op.senders.Add(replication.SenderOptions{
-			Hello: replication.Hello{Epoch: a.Epoch, Durability: uint8(cfg.Durability), Partition: uint32(partition),
-				Queue: queue, Owner: c.node.opts.ID},
-			Follower: f,
-			Addr:     st.Members[f].ClusterAddr,
-			Dial:     c.node.DialReplica,
-			Log:      log,
-			Gate:     op.gate,
-			Logger:   c.log,
-		})
-	}
+	op := &ownedPartition{c: c, queue: queue, partition: partition, key: ownedKey(queue, partition),
+		durability: cfg.Durability, log: log, ready: make(chan struct{})}
 	c.mu.Lock()
 	c.owned[op.key] = op
 	c.mu.Unlock()
+	// Registered first, then synced: a change applied in between is seen
+	// here or by followAssignments, which now finds op.
+	op.follow()
+	if op.currentGate() == nil {
+		c.log.Warn("partition waits for its assignment from the cluster before it confirms or delivers",
+			"queue", queue, "partition", partition)
+	}
 	return op
 }
 
-// Gate returns the gate of a partition this node owns.
+// Gate returns the gate of a partition this node owns, once its
+// assignment is known.
 func (c *Cluster) Gate(queue string, partition int) (*replication.Gate, bool) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	op, ok := c.owned[ownedKey(queue, partition)]
+	c.mu.Unlock()
 	if !ok {
 		return nil, false
 	}
-	return op.gate, true
+	g := op.currentGate()
+	return g, g != nil
 }
 
 // OwnerLog returns the log of a partition this node owns.
@@ -243,40 +238,10 @@ func (c *Cluster) Close() error {
 	c.owned = map[string]*ownedPartition{}
 	c.mu.Unlock()
 	for _, op := range owned {
-		op.senders.Close()
+		op.close()
 	}
 	// The copies first: their streams end, so the cluster port's handlers
 	// return and the node can close.
 	ferr := c.follower.Close()
 	return errors.Join(ferr, c.node.Close())
-}
-
-// ownedPartition is a partition this node owns: its gate and streams.
-type ownedPartition struct {
-	c          *Cluster
-	key        string
-	log        *wal.Log
-	assignment control.Assignment
-	gate       *replication.Gate
-	senders    replication.Senders
-}
-
-func (op *ownedPartition) Wait(stop <-chan struct{}, next uint64) error {
-	if err := op.gate.Wait(stop, next); err != nil {
-		return fmt.Errorf("%w (%s)", err, op.gate.Pending(next))
-	}
-	return nil
-}
-
-func (op *ownedPartition) Floor() uint64 { return op.gate.Floor() }
-
-func (op *ownedPartition) Status() string { return op.gate.Pending(op.log.WrittenNext()) }
-
-func (op *ownedPartition) Detach() {
-	op.senders.Close()
-	op.c.mu.Lock()
-	if op.c.owned[op.key] == op {
-		delete(op.c.owned, op.key)
-	}
-	op.c.mu.Unlock()
 }

@@ -3,7 +3,6 @@ package control
 import (
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 
 	"github.com/fibril-edge/fibril/appliance"
@@ -48,11 +47,18 @@ type Queue struct {
 	// Warning carries the buffered-mode warning and any policy
 	// deprecation warning.
 	Warnings []string `json:"warnings,omitempty"`
+	// DefaultPolicy: the queue was declared without a policy, so its
+	// policy is the cluster's default for its mode (a majority of the
+	// copies) and follows the copy count as followers are added.
+	DefaultPolicy bool `json:"default_policy,omitempty"`
 }
 
 // Assignment places one queue partition: its owner, its followers and the
 // epoch of that placement. The epoch rises whenever the owner changes (part
-// 2: seals); the replication handshake carries it.
+// 2: seals); the replication handshake carries it. Followers only grow
+// while the owner stays (see fill): a member joining, or the replicas
+// setting rising, adds followers under the same epoch, and the owner
+// notices by comparing the list, so no separate counter is kept.
 type Assignment struct {
 	Queue     string   `json:"queue"`
 	Partition int      `json:"partition"`
@@ -118,7 +124,8 @@ var settingChecks = map[string]func(string) error{
 	},
 }
 
-// replicas is the replication factor for a new partition.
+// replicas is the cluster's replication factor: the copies a new
+// partition gets, and the copies fill tops existing partitions up to.
 func (s *State) replicas() int {
 	n := DefaultReplicas
 	if v, ok := s.Settings["replicas"]; ok {
@@ -132,6 +139,7 @@ func (s *State) addMember(m Member) error {
 		return fmt.Errorf("%w: a member needs an id and a cluster address", appliance.ErrInvalid)
 	}
 	s.Members[m.ID] = m
+	s.fill()
 	return nil
 }
 
@@ -160,6 +168,7 @@ func (s *State) setSettings(kv map[string]string) error {
 	for k, v := range kv {
 		s.Settings[k] = v
 	}
+	s.fill() // a higher replicas setting gives partitions more copies
 	return nil
 }
 
@@ -195,11 +204,9 @@ func (s *State) declare(c appliance.QueueConfig, p Policy, warnings []string) (Q
 	}
 	c = c.WithDefaults()
 	replicas := s.replicas()
-	if p.IsZero() {
-		p = Policy{Kind: ReplicaBuffered, N: replicas/2 + 1}
-		if c.Durability == appliance.Durable {
-			p = Policy{Kind: MajorityDurable}
-		}
+	defaulted := p.IsZero()
+	if defaulted {
+		p = defaultPolicy(c.Durability, replicas)
 	}
 	if need := p.Required(replicas); need > replicas || replicas == 0 {
 		return Queue{}, false, fmt.Errorf("%w: policy %s needs %d copies, the cluster places %d",
@@ -208,10 +215,19 @@ func (s *State) declare(c appliance.QueueConfig, p Policy, warnings []string) (Q
 	if c.Durability == appliance.Buffered {
 		warnings = append(warnings, appliance.BufferedWarning)
 	}
-	q := Queue{Config: c, Policy: p, Warnings: warnings}
+	q := Queue{Config: c, Policy: p, Warnings: warnings, DefaultPolicy: defaulted}
 	s.Queues[c.Name] = q
 	s.Assignments[c.Name] = s.place(c.Name, c.Partitions, replicas, p)
 	return q, true, nil
+}
+
+// defaultPolicy is the policy of a queue declared without one: a majority
+// of its copies, written for a buffered queue, durable for a durable one.
+func defaultPolicy(mode appliance.Durability, replicas int) Policy {
+	if mode == appliance.Durable {
+		return Policy{Kind: MajorityDurable}
+	}
+	return Policy{Kind: ReplicaBuffered, N: replicas/2 + 1}
 }
 
 func (s *State) deleteQueue(name string) error {
@@ -221,42 +237,4 @@ func (s *State) deleteQueue(name string) error {
 	delete(s.Queues, name)
 	delete(s.Assignments, name)
 	return nil
-}
-
-// place spreads a new queue: its owner is the member owning the fewest
-// partitions (every partition of a queue has the same owner in part 1, so
-// a node serves a queue whole), each partition's followers are those
-// hosting the fewest replicas; ties go by member id, so every node
-// computes the same placement from the same state.
-func (s *State) place(queue string, partitions, replicas int, p Policy) []Assignment {
-	owned, hosted := map[string]int{}, map[string]int{}
-	for _, as := range s.Assignments {
-		for _, a := range as {
-			owned[a.Owner]++
-			hosted[a.Owner]++
-			for _, f := range a.Followers {
-				hosted[f]++
-			}
-		}
-	}
-	ids := make([]string, 0, len(s.Members))
-	for id := range s.Members {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	sort.SliceStable(ids, func(i, j int) bool { return owned[ids[i]] < owned[ids[j]] })
-	owner := ids[0]
-	others := ids[1:]
-	out := make([]Assignment, partitions)
-	for part := range out {
-		sort.Strings(others)
-		sort.SliceStable(others, func(i, j int) bool { return hosted[others[i]] < hosted[others[j]] })
-		followers := slices.Clone(others[:replicas-1])
-		hosted[owner]++
-		for _, f := range followers {
-			hosted[f]++
-		}
-		out[part] = Assignment{Queue: queue, Partition: part, Owner: owner, Followers: followers, Epoch: 1, Policy: p}
-	}
-	return out
 }

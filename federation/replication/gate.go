@@ -37,9 +37,9 @@ func (b Boundary) String() string {
 // change.
 type Gate struct {
 	boundary Boundary
-	required int // copies, owner included
 
 	mu        sync.Mutex
+	required  int // copies, owner included
 	followers map[string]Position
 	changed   chan struct{}
 }
@@ -52,6 +52,22 @@ func NewGate(boundary Boundary, required int, followers []string) *Gate {
 		g.followers[f] = Position{}
 	}
 	return g
+}
+
+// SetFollowers makes followers the gate's followers and required its
+// count, as the partition's assignment changes: a new follower starts at
+// position 0, a kept one keeps its position, one left out is forgotten.
+// Waiters are woken to recheck against the new count.
+func (g *Gate) SetFollowers(followers []string, required int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	next := make(map[string]Position, len(followers))
+	for _, f := range followers {
+		next[f] = g.followers[f]
+	}
+	g.followers, g.required = next, required
+	close(g.changed)
+	g.changed = make(chan struct{})
 }
 
 // Update records a follower's progress. Positions never move back: a

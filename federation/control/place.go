@@ -1,0 +1,109 @@
+package control
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// Placement rules. Every choice is a pure function of the state, with ties
+// broken by member id, so every node computes the same placement from the
+// same log.
+//
+//   - place: a new queue's owner is the member owning the fewest
+//     partitions; each partition's followers are the members hosting the
+//     fewest replicas.
+//   - fill: when a member joins or the replicas setting rises, every
+//     partition with fewer copies than the cluster now places gains
+//     followers by the same rule. The owner and the epoch stay: the epoch
+//     rises only when the owner changes. Followers are never removed here.
+//     A queue declared without a policy keeps the default, a majority of
+//     its copies: replica_buffered:1 on one copy becomes
+//     replica_buffered:2 on three.
+
+// place spreads a new queue: its owner is the member owning the fewest
+// partitions (every partition of a queue has the same owner in part 1, so
+// a node serves a queue whole), each partition's followers are those
+// hosting the fewest replicas.
+func (s *State) place(queue string, partitions, replicas int, p Policy) []Assignment {
+	owned, hosted := s.load()
+	ids := slices.Collect(maps.Keys(s.Members))
+	byLoad(ids, owned)
+	owner := ids[0]
+	others := ids[1:]
+	out := make([]Assignment, partitions)
+	for part := range out {
+		byLoad(others, hosted)
+		followers := slices.Clone(others[:replicas-1])
+		hosted[owner]++
+		for _, f := range followers {
+			hosted[f]++
+		}
+		out[part] = Assignment{Queue: queue, Partition: part, Owner: owner, Followers: followers, Epoch: 1, Policy: p}
+	}
+	return out
+}
+
+// fill gives every partition with fewer copies than the cluster now
+// places (min of the replicas setting and the member count) the followers
+// it lacks, partitions taken in queue-name and partition order, each new
+// follower the member hosting the fewest replicas that holds no copy of
+// the partition yet.
+func (s *State) fill() {
+	want := s.replicas()
+	_, hosted := s.load()
+	for _, name := range slices.Sorted(maps.Keys(s.Assignments)) {
+		as := s.Assignments[name]
+		for i := range as {
+			a := &as[i]
+			lack := want - a.Replicas()
+			if lack <= 0 {
+				continue
+			}
+			var free []string
+			for id := range s.Members {
+				if id != a.Owner && !slices.Contains(a.Followers, id) {
+					free = append(free, id)
+				}
+			}
+			byLoad(free, hosted)
+			add := free[:min(lack, len(free))]
+			a.Followers = append(slices.Clip(a.Followers), add...)
+			for _, f := range add {
+				hosted[f]++
+			}
+			// A default policy is a majority of the copies there are.
+			if q := s.Queues[name]; q.DefaultPolicy {
+				a.Policy = defaultPolicy(q.Config.Durability, a.Replicas())
+				if i == 0 {
+					q.Policy = a.Policy
+					s.Queues[name] = q
+				}
+			}
+		}
+	}
+}
+
+// load counts, per member, the partitions it owns and the replicas
+// (owned or followed) it hosts.
+func (s *State) load() (owned, hosted map[string]int) {
+	owned, hosted = map[string]int{}, map[string]int{}
+	for _, as := range s.Assignments {
+		for _, a := range as {
+			owned[a.Owner]++
+			hosted[a.Owner]++
+			for _, f := range a.Followers {
+				hosted[f]++
+			}
+		}
+	}
+	return owned, hosted
+}
+
+// byLoad orders ids by count, ties by id.
+func byLoad(ids []string, count map[string]int) {
+	slices.SortFunc(ids, func(a, b string) int {
+		return cmp.Or(cmp.Compare(count[a], count[b]), strings.Compare(a, b))
+	})
+}
