@@ -203,14 +203,20 @@ func (c *Cluster) Attach(queue string, partition int, cfg appliance.QueueConfig,
 // Gate returns the gate of a partition this node owns, once its
 // assignment is known.
 func (c *Cluster) Gate(queue string, partition int) (*replication.Gate, bool) {
+	_, g := c.ownedGate(queue, partition)
+	return g, g != nil
+}
+
+// ownedGate returns a partition this node owns and its gate; the gate is
+// nil when the node does not own it or its assignment is not known yet.
+func (c *Cluster) ownedGate(queue string, partition int) (*ownedPartition, *replication.Gate) {
 	c.mu.Lock()
 	op, ok := c.owned[ownedKey(queue, partition)]
 	c.mu.Unlock()
 	if !ok {
-		return nil, false
+		return nil, nil
 	}
-	g := op.currentGate()
-	return g, g != nil
+	return op, op.currentGate()
 }
 
 // OwnerLog returns the log of a partition this node owns.

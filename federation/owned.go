@@ -29,13 +29,13 @@ type ownedPartition struct {
 	key        string
 	durability appliance.Durability
 	log        *wal.Log
-	senders    replication.Senders
 	ready      chan struct{} // closed once gate is set
 
 	mu        sync.Mutex // guards the fields below
 	gate      *replication.Gate
 	epoch     uint64   // the assignment's epoch when the gate was made
 	followers []string // those with a stream, in assignment order
+	streams   map[string]*replication.Sender
 	closed    bool
 }
 
@@ -115,7 +115,10 @@ func (op *ownedPartition) follow() {
 	required := a.Policy.Required(1 + len(op.followers))
 	op.gate.SetFollowers(op.followers, required)
 	for _, f := range added {
-		op.senders.Add(replication.SenderOptions{
+		if op.streams == nil {
+			op.streams = map[string]*replication.Sender{}
+		}
+		op.streams[f] = replication.StartSender(replication.SenderOptions{
 			Hello: replication.Hello{Epoch: a.Epoch, Durability: uint8(op.durability), Partition: uint32(op.partition),
 				Queue: op.queue, Owner: op.c.node.opts.ID},
 			Follower: f,
@@ -134,8 +137,23 @@ func (op *ownedPartition) follow() {
 func (op *ownedPartition) close() {
 	op.mu.Lock()
 	op.closed = true
+	streams := op.streams
+	op.streams = nil
 	op.mu.Unlock()
-	op.senders.Close()
+	for _, s := range streams {
+		s.Close()
+	}
+}
+
+// streamStats are the counters of each follower's stream.
+func (op *ownedPartition) streamStats() map[string]replication.SenderStats {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	out := make(map[string]replication.SenderStats, len(op.streams))
+	for f, s := range op.streams {
+		out[f] = s.Stats()
+	}
+	return out
 }
 
 func (op *ownedPartition) Wait(stop <-chan struct{}, next uint64) error {

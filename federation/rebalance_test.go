@@ -157,6 +157,16 @@ func TestJoinersBecomeFollowers(t *testing.T) {
 			if floor := g.Floor(); floor < end {
 				t.Fatalf("%s/%d floor %d, want at least %d once both copies are durable", q.cfg.Name, part, floor, end)
 			}
+			// The owner's view shows its own log beside both copies, caught up.
+			pv := partitionView(t, n1.cluster.View(), q.cfg.Name, part)
+			if pv.Log == nil || pv.Log.WrittenNext != end || len(pv.Progress) != 2 {
+				t.Fatalf("%s/%d view on the owner: log %+v, progress %+v; want log at %d and two followers", q.cfg.Name, part, pv.Log, pv.Progress, end)
+			}
+			for f, p := range pv.Progress {
+				if p.WrittenNext != end || p.DurableNext != end || p.CatchingUp {
+					t.Fatalf("%s/%d view: %s at %+v, want %d/%d pushing", q.cfg.Name, part, f, p, end, end)
+				}
+			}
 		}
 	}
 
@@ -203,4 +213,21 @@ func TestJoinersBecomeFollowers(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("durable publish not confirmed after the syncs were released")
 	}
+}
+
+// partitionView finds one partition in a cluster view.
+func partitionView(t *testing.T, v View, queue string, partition int) PartitionView {
+	t.Helper()
+	for _, q := range v.Queues {
+		if q.Name != queue {
+			continue
+		}
+		for _, p := range q.Partitions {
+			if p.Partition == partition {
+				return p
+			}
+		}
+	}
+	t.Fatalf("no %s/%d in the view %+v", queue, partition, v)
+	return PartitionView{}
 }

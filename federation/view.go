@@ -35,14 +35,21 @@ type PartitionView struct {
 	Reads     string   `json:"reads"`
 	// Ceiling is the visibility ceiling's follower part (next offset
 	// that enough followers hold), on the owner only.
-	Ceiling  *uint64                     `json:"ceiling,omitempty"`
+	Ceiling *uint64 `json:"ceiling,omitempty"`
+	// Log is the owner's own copy (its written and durable ends), on the
+	// owner only: the followers' progress reads against it.
+	Log      *FollowerProgress           `json:"log,omitempty"`
 	Progress map[string]FollowerProgress `json:"progress,omitempty"`
 }
 
-// FollowerProgress is one follower's reported position.
+// FollowerProgress is one copy's position: written and durable ends, each
+// one past the last record it covers.
 type FollowerProgress struct {
 	WrittenNext uint64 `json:"written_next"`
 	DurableNext uint64 `json:"durable_next"`
+	// CatchingUp: the follower is far behind and pulls synced batches
+	// instead of being pushed records as they are written.
+	CatchingUp bool `json:"catching_up,omitempty"`
 }
 
 // View builds the cluster view.
@@ -58,13 +65,16 @@ func (c *Cluster) View() View {
 		qv := QueueView{Name: name, Durability: q.Config.Durability.String(), Policy: q.Policy.String(), Warnings: q.Warnings}
 		for _, a := range st.Assignments[name] {
 			pv := PartitionView{Partition: a.Partition, Owner: a.Owner, Followers: a.Followers, Epoch: a.Epoch, Reads: a.Describe()}
-			if g, ok := c.Gate(name, a.Partition); ok {
+			if op, g := c.ownedGate(name, a.Partition); g != nil {
 				if ceil := g.Ceiling(); ceil != ^uint64(0) { // unbounded: the owner alone suffices
 					pv.Ceiling = &ceil
 				}
+				pv.Log = &FollowerProgress{WrittenNext: op.log.WrittenNext(), DurableNext: op.log.DurableNext()}
+				stats := op.streamStats()
 				pv.Progress = map[string]FollowerProgress{}
 				for f, p := range g.Positions() {
-					pv.Progress[f] = FollowerProgress{WrittenNext: p.Written, DurableNext: p.Durable}
+					pv.Progress[f] = FollowerProgress{WrittenNext: p.Written, DurableNext: p.Durable,
+						CatchingUp: stats[f].CatchingUp}
 				}
 			}
 			qv.Partitions = append(qv.Partitions, pv)

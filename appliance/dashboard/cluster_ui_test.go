@@ -36,9 +36,10 @@ func clusterView() federation.View {
 				Warnings: []string{control.ReplicaAcceptedWarning},
 				Partitions: []federation.PartitionView{
 					{Partition: 0, Owner: "n1", Followers: []string{"n2", "n3"}, Epoch: 3, Reads: "durable on 2 of 3",
-						Ceiling: &ceiling, Progress: map[string]federation.FollowerProgress{
+						Ceiling: &ceiling, Log: &federation.FollowerProgress{WrittenNext: 125, DurableNext: 100},
+						Progress: map[string]federation.FollowerProgress{
 							"n2": {WrittenNext: 120, DurableNext: 90},
-							"n3": {WrittenNext: 110, DurableNext: 80},
+							"n3": {WrittenNext: 110, DurableNext: 80, CatchingUp: true},
 						}},
 					{Partition: 1, Owner: "n2", Followers: []string{"n1", "n3"}, Epoch: 1, Reads: "durable on 2 of 3"},
 				}},
@@ -91,6 +92,10 @@ func TestDashboardCluster(t *testing.T) {
 		orders + `tr[data-follower="n3"] td[data-field="written-next"]`: "110",
 		orders + `tr[data-follower="n3"] td[data-field="durable-next"]`: "80",
 		orders + `tr[data-follower="n3"] td[data-field="unsynced"]`:     "30",
+		orders + `tr[data-follower="n2"] td[data-field="behind"]`:       "5",
+		orders + `tr[data-follower="n3"] td[data-field="behind"]`:       "15",
+		orders + `tr[data-follower="n2"] td[data-field="stream"]`:       "push",
+		orders + `tr[data-follower="n3"] td[data-field="stream"]`:       "catching up",
 		page + `article[data-queue="clicks"] td[data-field="ceiling"]`:  "—",
 	} {
 		if got := b.text(t, sel); !strings.Contains(strings.ToLower(got), strings.ToLower(want)) { // badges are upper case by style

@@ -73,9 +73,16 @@ func printClusterView(w io.Writer, v federation.View) error {
 	for _, q := range v.Queues {
 		for _, p := range q.Partitions {
 			var prog []string
+			if p.Log != nil {
+				prog = append(prog, fmt.Sprintf("%s %d/%d", p.Owner, p.Log.WrittenNext, p.Log.DurableNext))
+			}
 			for _, f := range p.Followers {
 				if fp, ok := p.Progress[f]; ok {
-					prog = append(prog, fmt.Sprintf("%s %d/%d", f, fp.WrittenNext, fp.DurableNext))
+					line := fmt.Sprintf("%s %d/%d", f, fp.WrittenNext, fp.DurableNext)
+					if fp.CatchingUp {
+						line += " (catching up)"
+					}
+					prog = append(prog, line)
 				}
 			}
 			fmt.Fprintf(tw, "%s (%s, %s)\t%d\t%s\t%s\t%d\t%s\t%s\n", q.Name, q.Durability, q.Policy, p.Partition,

@@ -46,8 +46,8 @@ func TestClusterCommands(t *testing.T) {
 			{ID: "n2", ClusterAddr: "10.0.0.2:7422", Voter: true}},
 		Queues: []federation.QueueView{{Name: "orders", Durability: "durable", Policy: "majority_durable",
 			Partitions: []federation.PartitionView{{Partition: 0, Owner: "n1", Followers: []string{"n2"}, Epoch: 1,
-				Reads: "durable on 2 of 2", Ceiling: &ceil,
-				Progress: map[string]federation.FollowerProgress{"n2": {WrittenNext: 42, DurableNext: 40}}}}}}}
+				Reads: "durable on 2 of 2", Ceiling: &ceil, Log: &federation.FollowerProgress{WrittenNext: 9000, DurableNext: 8990},
+				Progress: map[string]federation.FollowerProgress{"n2": {WrittenNext: 42, DurableNext: 40, CatchingUp: true}}}}}}}
 	ops := &joinRecorder{}
 	srv, err := admin.New(b, admin.Options{Tokens: []string{"tok"}, Logger: slog.New(slog.DiscardHandler),
 		Cluster: func() (federation.View, bool) { return view, true }, ClusterOps: ops})
@@ -60,7 +60,7 @@ func TestClusterCommands(t *testing.T) {
 	r := runCLI("cluster", "status")
 	r.want(t, 0, "leader n2", "")
 	r.want(t, 0, "durable on 2 of 2", "")
-	r.want(t, 0, "n2 42/40", "")
+	r.want(t, 0, "n1 9000/8990  n2 42/40 (catching up)", "")
 	runCLI("cluster", "status", "--json").want(t, 0, `"reads":"durable on 2 of 2"`, "")
 	runCLI("cluster", "join", "10.0.0.9:7422").want(t, 0, "joined the cluster via 10.0.0.9:7422", "")
 	if ops.peer != "10.0.0.9:7422" {

@@ -52,7 +52,8 @@ function queueCard(q, self) {
   const mode = String(q.durability || '').toLowerCase();
   const progress = parts.flatMap(p => Object.entries(p.progress || {})
     .sort(([a], [b]) => a.localeCompare(b))
-    .map(([follower, f]) => ({ partition: p.partition, follower, written: f.written_next, durable: f.durable_next })));
+    .map(([follower, f]) => ({ partition: p.partition, follower, written: f.written_next, durable: f.durable_next,
+      behind: p.log ? Math.max(0, p.log.written_next - f.written_next) : null, catchingUp: !!f.catching_up })));
   return el('article', { class: 'card ' + mode, 'data-queue': q.name },
     el('header', {},
       el('span', { class: 'name' }, q.name),
@@ -76,6 +77,10 @@ function queueCard(q, self) {
         { label: 'durable next', field: 'durable-next', cell: r => int(r.durable) },
         { label: 'unsynced', field: 'unsynced', cell: r => int(Math.max(0, r.written - r.durable)),
           cls: r => (r.written > r.durable ? 'attention' : null) },
+        { label: 'behind owner', field: 'behind', cell: r => (r.behind === null ? '—' : int(r.behind)),
+          cls: r => (r.behind ? 'attention' : null) },
+        { label: 'stream', field: 'stream', cell: r => (r.catchingUp ? 'catching up' : 'push'),
+          cls: r => (r.catchingUp ? 'attention' : null) },
       ], progress, { rowAttrs: r => ({ 'data-partition': r.partition, 'data-follower': r.follower }) }),
     ] : null);
 }
