@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,5 +140,68 @@ func TestClusterSurvivesKills(t *testing.T) {
 		}) {
 			t.Fatalf("%s's copy differs from the owner's log", f)
 		}
+	}
+}
+
+// Issue test 4 across processes: the raft leader is SIGKILLed; the other
+// two elect a new leader, keep the declaration and its placement, refuse a
+// re-declare with the other mode, and take new declarations; the old
+// leader restarts and sees all of it.
+func TestClusterLeaderKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs three fibrild processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cp := startClusterProcs(t, ctx)
+	var v federation.View
+	waitView(t, ctx, cp.procs["n1"].Admin, &v, func() bool { return len(v.Members) == 3 && v.Leader != "" })
+	leader := v.Leader
+	var survivors []string
+	for _, id := range cp.ids {
+		if id != leader {
+			survivors = append(survivors, id)
+		}
+	}
+	dial := func(id string) *client.Client {
+		t.Helper()
+		c, err := client.Dial(ctx, cp.procs[id].Addr, client.Options{})
+		if err != nil {
+			t.Fatalf("dial %s: %v", id, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	if _, err := dial(survivors[0]).DeclareQueue(ctx, client.Queue("events").Buffered().Partitions(3)); err != nil {
+		t.Fatalf("declare through %s: %v", survivors[0], err)
+	}
+	waitView(t, ctx, cp.procs[leader].Admin, &v, func() bool { return len(v.Queues) == 1 })
+	placement := func(q federation.QueueView) string {
+		var out []string
+		for _, p := range q.Partitions {
+			out = append(out, fmt.Sprint(p.Partition, p.Owner, p.Followers, p.Epoch, p.Reads))
+		}
+		return strings.Join(out, "; ")
+	}
+	placed := placement(v.Queues[0])
+
+	cp.procs[leader].Kill()
+	for _, id := range survivors {
+		waitView(t, ctx, cp.procs[id].Admin, &v, func() bool { return v.Leader != "" && v.Leader != leader })
+		if len(v.Queues) != 1 || v.Queues[0].Name != "events" || placement(v.Queues[0]) != placed {
+			t.Fatalf("%s after the election: %+v, want events placed as %s", id, v.Queues, placed)
+		}
+		_, err := dial(id).DeclareQueue(ctx, client.Queue("events").Durable())
+		if !errors.Is(err, client.ErrConflict) {
+			t.Fatalf("re-declare events durable through %s: %v, want a conflict", id, err)
+		}
+	}
+	if _, err := dial(survivors[1]).DeclareQueue(ctx, client.Queue("audit").Durable()); err != nil {
+		t.Fatalf("declare through %s under the new leader: %v", survivors[1], err)
+	}
+	cp.start(t, ctx, leader)
+	waitView(t, ctx, cp.procs[leader].Admin, &v, func() bool { return len(v.Queues) == 2 && v.Leader != "" })
+	if _, err := dial(leader).DeclareQueue(ctx, client.Queue("audit").Buffered()); !errors.Is(err, client.ErrConflict) {
+		t.Fatalf("re-declare audit buffered through the restarted %s: %v, want a conflict", leader, err)
 	}
 }
