@@ -93,6 +93,10 @@ type Broker struct {
 	ckptMu    sync.Mutex // guards ckptDirty and ckptTimer
 	ckptDirty map[*partition]struct{}
 	ckptTimer *time.Timer
+
+	// bg counts the broker's short-lived goroutines (dead-letter copies,
+	// duplicate confirms); Close waits for them once the queues are closed.
+	bg sync.WaitGroup
 }
 
 // Open opens the broker in opts.DataDir, recovering every declared queue:
@@ -389,6 +393,7 @@ func (b *Broker) Close() error {
 	for _, q := range queues {
 		errs = append(errs, q.close(b))
 	}
+	b.bg.Wait() // what they publish or settle now fails as closed
 	errs = append(errs, b.meta.close())
 	return errors.Join(errs...)
 }

@@ -190,7 +190,7 @@ func (p *partition) apply(first uint64, entries []wal.Entry) error {
 	p.q.b.markDirty(p)
 	p.wake()
 	if len(over) > 0 {
-		go p.deadLetter(over, "max-deliveries")
+		p.q.b.bg.Go(func() { p.deadLetter(over, "max-deliveries") })
 	}
 	return nil
 }
@@ -361,7 +361,7 @@ func (p *partition) settle(sub *Subscription, tags []uint64, kind byte) (stale [
 	}
 	switch {
 	case kind == recDiscard && p.q.cfg().DeadLetter != "":
-		go p.deadLetter(offs, "rejected")
+		p.q.b.bg.Go(func() { p.deadLetter(offs, "rejected") })
 	case kind == recDiscard:
 		p.q.counters.discarded.Add(int64(len(offs)))
 		p.submit(settleEntries(kind, offs), p.logSettleError)

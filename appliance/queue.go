@@ -105,12 +105,12 @@ func (q *queue) publish(m Message, now time.Time, done func(Confirm, error)) {
 		e, dup := q.dedupeLookup(m.ID, now)
 		if dup {
 			q.counters.duplicates.Add(1)
-			go func() {
+			q.b.bg.Go(func() {
 				<-e.done
 				c := e.confirm
 				c.Duplicate = true
 				done(c, e.err)
-			}()
+			})
 			return
 		}
 		inner := done

@@ -68,7 +68,7 @@ func (b *Broker) openPartition(q *queue, idx int) (*partition, error) {
 	p.dedupe = rp.dedupe
 	p.quarantined = rp.quarantined
 	if len(rp.over) > 0 {
-		go p.deadLetter(rp.over, "max-deliveries")
+		p.q.b.bg.Go(func() { p.deadLetter(rp.over, "max-deliveries") })
 	}
 	return p, nil
 }
