@@ -20,6 +20,10 @@ type Options struct {
 	// ServerConnections reports the wire server's open connections for the
 	// fibril_connections gauge. Default nil: the gauge is not exported.
 	ServerConnections func() int
+	// ServerRefused reports the connections the wire server turned away
+	// at its connection limit, for fibril_connections_refused_total.
+	// Default nil: not exported.
+	ServerRefused func() uint64
 	// Metrics counts the broker's events; pass the same value as the
 	// broker's appliance.Options.Observer. Default nil: a fresh Metrics
 	// that nothing feeds, so event counters and histograms stay at zero.

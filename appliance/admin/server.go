@@ -73,6 +73,15 @@ func New(b *appliance.Broker, opts Options) (*Server, error) {
 			return nil, fmt.Errorf("admin: register metrics: %w", err)
 		}
 	}
+	if opts.ServerRefused != nil {
+		refused := opts.ServerRefused
+		c := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "fibril_connections_refused_total", Help: "Client connections refused at the server's max_connections limit.",
+		}, func() float64 { return float64(refused()) })
+		if err := s.reg.Register(c); err != nil {
+			return nil, fmt.Errorf("admin: register metrics: %w", err)
+		}
+	}
 	s.handler = s.routes()
 	return s, nil
 }

@@ -53,6 +53,7 @@ func TestRunServesAdmin(t *testing.T) {
 	wc := wiretest.Dial(t, addr, "tok")
 	code, body := call("GET", "/metrics", "tok", "")
 	if code != http.StatusOK || !strings.Contains(body, "fibril_connections 1\n") ||
+		!strings.Contains(body, "fibril_connections_refused_total 0\n") ||
 		!strings.Contains(body, `fibril_confirms_total{mode="buffered",queue="clicks"} 1`) {
 		t.Fatalf("metrics %d:\n%s", code, body)
 	}

@@ -44,6 +44,8 @@ type ServerConfig struct {
 	TLSKey    string   `toml:"tls_key" help:"TLS private key (PEM file)"`
 	MaxFrame  Size     `toml:"max_frame" help:"largest protocol frame, read and sent (4KiB to 1GiB)"`
 	Heartbeat Duration `toml:"heartbeat" help:"heartbeat interval; a client silent for three is closed; 0s: off"`
+	// MaxConnections bounds the client sessions (server.Options.MaxConnections).
+	MaxConnections int `toml:"max_connections" help:"most client connections served at once; one more is refused (1 to 1000000)"`
 }
 
 // AdminConfig is the admin HTTP API, metrics and dashboard (package
@@ -186,6 +188,9 @@ func (c Config) valueProblems() []Problem {
 	}
 	if hb := time.Duration(s.Heartbeat); hb != 0 && (hb < time.Millisecond || hb > time.Hour) {
 		bad("server.heartbeat", "%v is out of range (1ms to 1h, or 0s for off)", hb)
+	}
+	if s.MaxConnections < 1 || s.MaxConnections > 1_000_000 {
+		bad("server.max_connections", "%d is out of range (1 to 1000000)", s.MaxConnections)
 	}
 	if c.Admin.Listen != "" {
 		checkAddr("admin.listen", c.Admin.Listen)

@@ -14,7 +14,8 @@ func TestDefault(t *testing.T) {
 		t.Fatalf("built-in config: %v", err)
 	}
 	want := Config{
-		Server: ServerConfig{Listen: "127.0.0.1:7420", Tokens: []string{}, MaxFrame: 16 << 20, Heartbeat: Duration(10 * time.Second)},
+		Server: ServerConfig{Listen: "127.0.0.1:7420", Tokens: []string{}, MaxFrame: 16 << 20, Heartbeat: Duration(10 * time.Second),
+			MaxConnections: 1024},
 		Admin:  AdminConfig{Listen: "127.0.0.1:7421"},
 		Storage: StorageConfig{DataDir: "./data", SegmentSize: 16 << 20, TailCache: 1 << 20,
 			MinFree: 64 << 20, CheckpointDelay: Duration(30 * time.Second)},
@@ -76,6 +77,7 @@ func TestValidate(t *testing.T) {
 		{"server.tls_cert", func(c *Config) { c.Server.TLSCert = "cert.pem" }},
 		{"server.max_frame", func(c *Config) { c.Server.MaxFrame = 100 }},
 		{"server.heartbeat", func(c *Config) { c.Server.Heartbeat = Duration(time.Microsecond) }},
+		{"server.max_connections", func(c *Config) { c.Server.MaxConnections = 0 }},
 		{"admin.listen", func(c *Config) { c.Admin.Listen = "nowhere" }},
 		{"storage.data_dir", func(c *Config) { c.Storage.DataDir = "" }},
 		{"storage.segment_size", func(c *Config) { c.Storage.SegmentSize = 4096 }},
@@ -98,12 +100,12 @@ func TestValidate(t *testing.T) {
 
 func TestSetEveryKey(t *testing.T) {
 	keys := Keys()
-	if len(keys) != 24 {
+	if len(keys) != 25 {
 		t.Fatalf("%d keys: %v", len(keys), keys)
 	}
 	values := map[string]string{
 		"server.listen": "127.0.0.1:0", "server.tokens": "a, b,", "server.tls_cert": "c.pem",
-		"server.tls_key": "k.pem", "server.max_frame": "1MiB", "server.heartbeat": "2s",
+		"server.tls_key": "k.pem", "server.max_frame": "1MiB", "server.heartbeat": "2s", "server.max_connections": "16",
 		"admin.listen": "127.0.0.1:0", "storage.data_dir": "/tmp/x", "storage.segment_size": "8MiB",
 		"storage.tail_cache": "4KiB", "storage.disk_budget": "10GB", "storage.min_free": "0",
 		"storage.checkpoint_delay": "200ms", "log.level": "debug", "log.format": "json",
@@ -126,7 +128,7 @@ func TestSetEveryKey(t *testing.T) {
 	}
 	want := Config{
 		Server: ServerConfig{Listen: "127.0.0.1:0", Tokens: []string{"a", "b"}, TLSCert: "c.pem", TLSKey: "k.pem",
-			MaxFrame: 1 << 20, Heartbeat: Duration(2 * time.Second)},
+			MaxFrame: 1 << 20, Heartbeat: Duration(2 * time.Second), MaxConnections: 16},
 		Admin: AdminConfig{Listen: "127.0.0.1:0"},
 		Storage: StorageConfig{DataDir: "/tmp/x", SegmentSize: 8 << 20, TailCache: 4 << 10, DiskBudget: 10e9,
 			CheckpointDelay: Duration(200 * time.Millisecond)},

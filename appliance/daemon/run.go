@@ -181,6 +181,8 @@ func serverOptions(c ServerConfig, log *slog.Logger) (server.Options, error) {
 		MaxFrame:  int(c.MaxFrame),
 		Heartbeat: time.Duration(c.Heartbeat),
 		Logger:    log,
+
+		MaxConnections: c.MaxConnections,
 	}
 	if o.Heartbeat == 0 {
 		o.Heartbeat = -1 // 0s in the config turns heartbeats off
@@ -212,7 +214,7 @@ func startAdmin(cfg Config, b *appliance.Broker, m *admin.Metrics, srv *server.S
 		return &adminServer{}, nil
 	}
 	opts := admin.Options{Tokens: cfg.Server.Tokens, Logger: log, Metrics: m,
-		ServerConnections: srv.Connections, UI: dashboard.Handler(), Version: Version, Bridges: bridges}
+		ServerConnections: srv.Connections, ServerRefused: srv.Refused, UI: dashboard.Handler(), Version: Version, Bridges: bridges}
 	if cluster != nil {
 		opts.Cluster = func() (federation.View, bool) { return cluster.View(), true }
 		opts.ClusterOps = cluster

@@ -40,6 +40,8 @@ type conn struct {
 	out  *outbox
 	subs map[uint32]*subscription // reader only
 
+	admitted bool // counted as a session; under Server.mu
+
 	done       chan struct{} // closed by close
 	closeOnce  sync.Once
 	peerBye    chan struct{} // closed when the client says Goodbye
@@ -113,6 +115,12 @@ func (c *conn) hello() bool {
 	}
 	if !c.s.authorized(h.Token) {
 		c.refuse(wire.CodeUnauthorized, "wrong or missing token")
+		return false
+	}
+	if !c.s.admit(c) {
+		c.s.refused.Add(1)
+		c.refuse(wire.CodeUnavailable, fmt.Sprintf("too many connections: this broker serves at most %d (server.max_connections)",
+			c.s.opts.MaxConnections))
 		return false
 	}
 	c.r.SetMaxFrame(c.s.opts.MaxFrame)

@@ -20,6 +20,15 @@ const (
 	DefaultHelloTimeout = 10 * time.Second
 	DefaultFrameTimeout = 30 * time.Second
 	DefaultWriteTimeout = 10 * time.Second
+	// DefaultMaxConnections bounds the client sessions of a server whose
+	// Options leave it zero: plenty for a site's devices, few enough that
+	// a misbehaving fleet cannot exhaust a small box's memory or file
+	// descriptors.
+	DefaultMaxConnections = 1024
+	// preHelloSlack is how many connections beyond MaxConnections may be
+	// waiting for their Hello before new ones are closed at once: a full
+	// server still answers a Hello with a clear refusal.
+	preHelloSlack = 64
 )
 
 // Options configure a Server. The zero value of every field means its
@@ -52,6 +61,10 @@ type Options struct {
 	// not read: a write that makes no progress for this long, or replies
 	// that stay queued past it, close the connection. Default 10 s.
 	WriteTimeout time.Duration
+	// MaxConnections bounds the sessions (connections past their Hello):
+	// one more is refused with an unavailable Error naming the limit.
+	// Default DefaultMaxConnections; negative: no limit.
+	MaxConnections int
 	// Logger receives the server's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Cluster routes what a cluster node does not serve itself. Default
@@ -112,6 +125,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.WriteTimeout == 0 {
 		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.MaxConnections == 0 {
+		o.MaxConnections = DefaultMaxConnections
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

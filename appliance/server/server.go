@@ -28,11 +28,13 @@ type Server struct {
 	linger time.Duration       // defaultLinger; tests shorten it before serving
 
 	nextSession atomic.Uint64
+	refused     atomic.Uint64 // connections turned away by MaxConnections
 
 	mu        sync.Mutex // guards the fields below
 	listeners map[net.Listener]struct{}
 	addr      net.Addr // the first listener's
 	conns     map[*conn]struct{}
+	sessions  int // connections past their Hello, bounded by MaxConnections
 	closing   bool
 	wg        sync.WaitGroup // one per connection; Add only under mu while !closing
 }
@@ -140,6 +142,14 @@ func (s *Server) start(nc net.Conn) {
 		raw.Close()
 		return
 	}
+	if max := s.opts.MaxConnections; max > 0 && len(s.conns) >= max+preHelloSlack {
+		s.mu.Unlock()
+		s.refused.Add(1)
+		s.log.Warn("too many client connections; closing a new one before its Hello",
+			"limit", max, "remote", raw.RemoteAddr().String())
+		raw.Close()
+		return
+	}
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -152,6 +162,9 @@ func (s *Server) serveConn(c *conn) {
 		c.teardown()
 		s.mu.Lock()
 		delete(s.conns, c)
+		if c.admitted {
+			s.sessions--
+		}
 		s.mu.Unlock()
 	}()
 	defer c.recoverPanic("reader")
@@ -170,6 +183,21 @@ func (s *Server) Addr() net.Addr {
 	defer s.mu.Unlock()
 	return s.addr
 }
+
+// admit counts c as a session unless MaxConnections are open already.
+func (s *Server) admit(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if max := s.opts.MaxConnections; max > 0 && s.sessions >= max {
+		return false
+	}
+	s.sessions++
+	c.admitted = true
+	return true
+}
+
+// Refused is how many connections MaxConnections has turned away.
+func (s *Server) Refused() uint64 { return s.refused.Load() }
 
 // Connections is the number of open client connections.
 func (s *Server) Connections() int {
