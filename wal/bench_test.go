@@ -64,3 +64,27 @@ func benchmarkRead(b *testing.B, cacheBytes int64) {
 
 func BenchmarkReadWrittenCached(b *testing.B)   { benchmarkRead(b, 0) }
 func BenchmarkReadWrittenUncached(b *testing.B) { benchmarkRead(b, -1) }
+
+// BenchmarkReadOneUncachedSequential reads one record at a time in offset
+// order with no tail cache: a consumer that trails the writer past the
+// tail cache, as a partition's dispatcher reads.
+func BenchmarkReadOneUncachedSequential(b *testing.B) {
+	l := mustOpen(b, nil, b.TempDir(), Options{TailCacheBytes: -1})
+	defer l.Close()
+	ctx := context.Background()
+	const n = 16384
+	for i := 0; i < n; i += 64 {
+		if _, err := l.Append(ctx, entries(i, 64, 1024), AfterFlush); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(1024)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		off := uint64(i % n)
+		recs, err := l.ReadWritten(off, 1)
+		if err != nil || len(recs) != 1 || recs[0].Offset != off {
+			b.Fatalf("read %d: %d records, %v", off, len(recs), err)
+		}
+	}
+}

@@ -43,12 +43,14 @@ type AppendResult struct {
 // Log is a segmented, checksummed write-ahead log with a written and a
 // durable frontier. All methods are safe for concurrent use.
 type Log struct {
-	dir     string
-	opts    Options
-	fs      vfs.FS
-	lock    io.Closer
-	dirFile vfs.File
-	cache   *tailCache // nil when the tail cache is off
+	dir       string
+	opts      Options
+	fs        vfs.FS
+	lock      io.Closer
+	dirFile   vfs.File
+	cache     *tailCache // nil when the tail cache is off
+	ahead     readAhead  // the last chunk read from a segment file
+	readAhead int        // bytes a read from a segment file brings in
 
 	written frontier // WrittenNext: handed to the kernel
 	durable frontier // DurableNext: covered by a completed fdatasync

@@ -55,14 +55,19 @@ func (l *Log) read(from, limit uint64, maxBytes int) ([]Record, error) {
 			l.cacheHits.Add(1)
 			continue
 		}
-		recs, err := l.readSegment(o, limit, maxBytes-total)
+		recs := l.ahead.get(o)
+		var err error
+		if len(recs) == 0 {
+			recs, err = l.readSegment(o, limit, maxBytes-total)
+		} else if n := limit - o; uint64(len(recs)) > n {
+			recs = recs[:n]
+		}
 		if err != nil {
 			if len(out) > 0 {
 				return out, nil // the caller meets the error when it reads on
 			}
 			return nil, err
 		}
-		l.cacheMisses.Add(uint64(len(recs)))
 		for _, rec := range recs {
 			if !fits(len(rec.Payload)) {
 				return out, nil
@@ -70,6 +75,7 @@ func (l *Log) read(from, limit uint64, maxBytes int) ([]Record, error) {
 			out = append(out, rec)
 			total += len(rec.Payload)
 			o++
+			l.cacheMisses.Add(1)
 		}
 		if len(recs) == 0 || total >= maxBytes {
 			break
@@ -103,7 +109,7 @@ func (l *Log) readSegment(offset, limit uint64, budget int) ([]Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	want := max(min(budget, maxReadChunk)+recordHeaderSize, minReadChunk)
+	want := max(min(budget, maxReadChunk)+recordHeaderSize, l.readAhead)
 	for {
 		buf := make([]byte, want)
 		n, err := seg.file.ReadAt(buf, pos)
@@ -112,8 +118,8 @@ func (l *Log) readSegment(offset, limit uint64, budget int) ([]Record, error) {
 		}
 		full := n == want
 		buf = buf[:n]
-		var out []Record
-		at, o, total := 0, offset, 0
+		var all []Record
+		at, o := 0, offset
 		for o < limit && at < len(buf) {
 			rec, used, status, reason := decodeRecord(buf[at:], o, l.opts.MaxRecordSize)
 			if status == decodeShort && full {
@@ -123,21 +129,32 @@ func (l *Log) readSegment(offset, limit uint64, budget int) ([]Record, error) {
 				if status == decodeEnd {
 					reason = "end of records before the frontier"
 				}
-				if len(out) > 0 {
-					return out, nil // report it when the read reaches it
+				if len(all) > 0 {
+					break // report it when a read reaches it
 				}
 				return nil, &CorruptionError{Segment: seg.base, Pos: pos + int64(at), Offset: o, Reason: reason}
 			}
-			if len(out) > 0 && total+len(rec.Payload) > budget {
-				return out, nil // read's budget check would drop the rest
-			}
-			out = append(out, rec)
-			total += len(rec.Payload)
+			all = append(all, rec)
 			at += used
 			o++
 		}
-		if len(out) > 0 || o >= limit {
+		if len(all) > 0 {
+			// The budget's share now; the rest is kept for the next read.
+			out, total := all[:1], len(all[0].Payload)
+			for _, rec := range all[1:] {
+				if total+len(rec.Payload) > budget {
+					break
+				}
+				out = out[:len(out)+1]
+				total += len(rec.Payload)
+			}
+			if len(out) < len(all) {
+				l.ahead.put(all[len(out):])
+			}
 			return out, nil
+		}
+		if o >= limit {
+			return nil, nil
 		}
 		// One record larger than the read: its header says how large.
 		need := recordHeaderSize + l.opts.MaxRecordSize

@@ -8,8 +8,9 @@ import (
 )
 
 // A consumer reading one record at a time (budget 1, as the broker's
-// dispatcher does) decodes and counts that record only, and reads a few
-// KiB from the file for it, not a large chunk.
+// dispatcher does) is handed and counted that record only, and allocates
+// little per record: a chunk read from the file serves the records after
+// it (read-ahead) instead of being read again for each.
 func TestReadOneRecordReadsLittle(t *testing.T) {
 	ctx := testCtx(t)
 	l := mustOpen(t, vfs.NewMem(), "log", Options{TailCacheBytes: -1})

@@ -83,6 +83,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, err
 	}
 	l.recovery.Duration = time.Since(start)
+	l.readAhead = readAheadBytes(opts.TailCacheBytes)
 	if opts.TailCacheBytes > 0 {
 		if l.cache, err = newTailCache(opts.TailCacheBytes); err != nil {
 			l.closeFiles()
