@@ -16,7 +16,7 @@ func TestDefault(t *testing.T) {
 	want := Config{
 		Server: ServerConfig{Listen: "127.0.0.1:7420", Tokens: []string{}, MaxFrame: 16 << 20, Heartbeat: Duration(10 * time.Second),
 			MaxConnections: 1024},
-		Admin:  AdminConfig{Listen: "127.0.0.1:7421"},
+		Admin: AdminConfig{Listen: "127.0.0.1:7421"},
 		Storage: StorageConfig{DataDir: "./data", SegmentSize: 16 << 20, TailCache: 1 << 20,
 			MinFree: 64 << 20, CheckpointDelay: Duration(30 * time.Second)},
 		Log:     LogConfig{Level: "info", Format: "text"},
