@@ -3,6 +3,7 @@ package federation
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -48,8 +49,14 @@ type Cluster struct {
 	owned  map[string]*ownedPartition
 	broker *appliance.Broker
 
-	serveMu  sync.Mutex      // one local declare at a time; guards declared
-	declared map[string]bool // queues the local broker serves
+	serveMu  sync.Mutex        // one local declare or delete at a time; guards declared
+	declared map[string]uint64 // queues the local broker serves, by incarnation
+	// servedAt is the newest state (its Applied index) serve or unserve
+	// acted on: an older one, read before another caller acted, is
+	// ignored rather than allowed to undo what a newer one did.
+	servedAt uint64
+
+	nodeSet chan struct{} // closed once node is set: the follower's hooks wait for it
 
 	forwardOpts client.Options
 	fwdMu       sync.Mutex // guards forward
@@ -71,9 +78,10 @@ func OpenCluster(o ClusterOptions) (*Cluster, error) {
 		logger = slog.Default()
 	}
 	c := &Cluster{log: logger.With("node", o.Node.ID), owned: map[string]*ownedPartition{},
-		declared: map[string]bool{}, stop: make(chan struct{}), forwardOpts: o.Forward, forward: map[string]*client.Client{}}
+		declared: map[string]uint64{}, nodeSet: make(chan struct{}), stop: make(chan struct{}),
+		forwardOpts: o.Forward, forward: map[string]*client.Client{}}
 	c.follower = replication.NewFollower(replication.FollowerOptions{Dir: o.ReplicaDir, FS: o.ReplicaFS,
-		SegmentSize: o.ReplicaSegmentSize, Logger: c.log})
+		SegmentSize: o.ReplicaSegmentSize, Logger: c.log, Accept: c.accept, Keep: c.keeps})
 	o.Node.Replica = c.follower.Serve
 	n, err := Open(o.Node)
 	if err != nil {
@@ -81,8 +89,10 @@ func OpenCluster(o ClusterOptions) (*Cluster, error) {
 		return nil, err
 	}
 	c.node = n
-	c.wg.Add(1)
+	close(c.nodeSet)
+	c.wg.Add(2)
 	go c.followAssignments()
+	go c.collectCopies()
 	return c, nil
 }
 
@@ -102,13 +112,28 @@ func (c *Cluster) Bind(b *appliance.Broker) {
 	go c.syncQueues()
 }
 
-// syncQueues declares in the local broker every queue this node owns, at
-// start and after every applied command.
+// syncQueues declares in the local broker every queue this node owns,
+// and deletes from it those it served that the state no longer has (the
+// queue was deleted, or deleted and declared again), at start and after
+// every applied command.
 func (c *Cluster) syncQueues() {
 	defer c.wg.Done()
 	for {
 		changed := c.node.Changed()
 		st := c.node.State()
+		c.serveMu.Lock()
+		var gone []string
+		for name, inc := range c.declared {
+			if q, ok := st.Queues[name]; !ok || q.Incarnation != inc {
+				gone = append(gone, name)
+			}
+		}
+		c.serveMu.Unlock()
+		for _, name := range gone {
+			if err := c.unserve(st, name); err != nil {
+				c.log.Error("cannot delete a queue the cluster no longer has", "queue", name, "err", err)
+			}
+		}
 		for name := range st.Queues {
 			if err := c.serve(st, name); err != nil {
 				c.log.Error("cannot open a queue placed on this node", "queue", name, "err", err)
@@ -123,8 +148,9 @@ func (c *Cluster) syncQueues() {
 }
 
 // serve declares queue in the local broker when st places it on this
-// node and it is not served yet. serveMu makes the sync loop and a
-// declaring client take turns.
+// node and it is not served yet; a queue served under an older
+// incarnation is deleted from the broker first. serveMu makes the sync
+// loop and a declaring or deleting client take turns.
 func (c *Cluster) serve(st *control.State, name string) error {
 	q, ok := st.Queues[name]
 	as := st.Assignments[name]
@@ -133,20 +159,99 @@ func (c *Cluster) serve(st *control.State, name string) error {
 	}
 	c.serveMu.Lock()
 	defer c.serveMu.Unlock()
-	c.mu.Lock()
-	b := c.broker
-	c.mu.Unlock()
-	if c.declared[name] || b == nil {
+	b := c.boundBroker()
+	inc, served := c.declared[name]
+	if b == nil || (served && inc == q.Incarnation) || !c.newStateLocked(st) {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if served {
+		if err := c.deleteLocalLocked(ctx, b, name); err != nil {
+			return err
+		}
+	}
 	if _, err := b.Declare(ctx, q.Config); err != nil {
 		return err
 	}
-	c.declared[name] = true
-	c.log.Info("serving queue", "queue", name, "policy", q.Policy.String())
+	c.declared[name] = q.Incarnation
+	c.log.Info("serving queue", "queue", name, "policy", q.Policy.String(), "incarnation", q.Incarnation)
 	return nil
+}
+
+// unserve deletes queue from the local broker when this node serves it
+// and st no longer has it under the incarnation served.
+func (c *Cluster) unserve(st *control.State, name string) error {
+	c.serveMu.Lock()
+	defer c.serveMu.Unlock()
+	inc, served := c.declared[name]
+	if q, ok := st.Queues[name]; !served || (ok && q.Incarnation == inc) || !c.newStateLocked(st) {
+		return nil
+	}
+	b := c.boundBroker()
+	if b == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return c.deleteLocalLocked(ctx, b, name)
+}
+
+// deleteLocalLocked deletes a served queue from the local broker, its
+// logs included. serveMu is held.
+func (c *Cluster) deleteLocalLocked(ctx context.Context, b *appliance.Broker, name string) error {
+	if err := b.DeleteQueue(ctx, name); err != nil && !errors.Is(err, appliance.ErrNotFound) {
+		return fmt.Errorf("delete queue %s from the local broker: %w", name, err)
+	}
+	c.log.Info("stopped serving queue: the cluster deleted it", "queue", name, "incarnation", c.declared[name])
+	delete(c.declared, name)
+	return nil
+}
+
+// newStateLocked reports whether st is at least as new as every state
+// serve and unserve acted on, and records it. serveMu is held.
+func (c *Cluster) newStateLocked(st *control.State) bool {
+	if st.Applied < c.servedAt {
+		return false
+	}
+	c.servedAt = st.Applied
+	return true
+}
+
+func (c *Cluster) boundBroker() *appliance.Broker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.broker
+}
+
+// DeleteQueue deletes a queue cluster-wide: its declaration and
+// assignments leave the control state, the owner's broker deletes it, and
+// every follower removes its copies. On return this node's state no
+// longer has the queue, and, when this node served it, its broker has
+// deleted it; other nodes follow as they apply the change. A queue the
+// cluster does not know but this node's broker has (a dead-letter queue,
+// which lives on its owner only, or a queue deleted while this node was
+// down) is deleted from the broker. An unknown queue is
+// control.ErrUnknownQueue (appliance.ErrNotFound).
+func (c *Cluster) DeleteQueue(ctx context.Context, name string) error {
+	var inc uint64
+	c.node.read(func(s *control.State) { inc = s.Queues[name].Incarnation })
+	if err := c.node.DeleteQueue(ctx, name); err != nil {
+		if b := c.boundBroker(); errors.Is(err, control.ErrUnknownQueue) && b != nil {
+			if _, lerr := b.QueueInfo(name); lerr == nil {
+				return b.DeleteQueue(ctx, name)
+			}
+		}
+		return err
+	}
+	// Read your writes: the queue, as it was before, is gone here.
+	if err := c.node.waitFor(ctx, func(s *control.State) bool {
+		q, ok := s.Queues[name]
+		return !ok || (inc != 0 && q.Incarnation != inc)
+	}); err != nil {
+		return err
+	}
+	return c.unserve(c.node.State(), name)
 }
 
 // DeclarePolicy declares a queue cluster-wide under policy ("" = the

@@ -88,6 +88,12 @@ type Node struct {
 	mu      sync.Mutex    // guards changed
 	stop    chan struct{}
 	wg      sync.WaitGroup
+
+	// replayed closes once the state machine has applied replayAt, the
+	// last command of the raft log at open (see replay.go).
+	replayed   chan struct{}
+	replayAt   uint64
+	replayOnce sync.Once
 }
 
 // Open starts the node: its cluster listener, raft, and (unless it is
@@ -105,7 +111,8 @@ func Open(o Options) (*Node, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	n := &Node{opts: o, log: o.Logger.With("node", o.ID), ready: make(chan struct{}), changed: make(chan struct{}), stop: make(chan struct{})}
+	n := &Node{opts: o, log: o.Logger.With("node", o.ID), ready: make(chan struct{}), changed: make(chan struct{}),
+		replayed: make(chan struct{}), stop: make(chan struct{})}
 	n.fsm = control.NewFSM(n.notify)
 	if err := os.MkdirAll(o.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("federation: %w", err)
@@ -115,6 +122,10 @@ func Open(o Options) (*Node, error) {
 		return nil, err
 	}
 	n.store = store
+	if n.replayAt, err = replayTarget(store); err != nil {
+		store.Close()
+		return nil, err
+	}
 	ln := o.Listener
 	if ln == nil {
 		ln, err = net.Listen("tcp", o.Listen)
@@ -138,6 +149,7 @@ func Open(o Options) (*Node, error) {
 		return nil, err
 	}
 	close(n.ready)
+	n.checkReplayed()
 	n.wg.Add(1)
 	go n.announce()
 	return n, nil
@@ -242,6 +254,7 @@ func (n *Node) Changed() <-chan struct{} {
 }
 
 func (n *Node) notify() {
+	n.checkReplayed()
 	n.mu.Lock()
 	close(n.changed)
 	n.changed = make(chan struct{})

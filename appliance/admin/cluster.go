@@ -14,11 +14,15 @@ import (
 	"github.com/fibril-edge/fibril/federation/control"
 )
 
-// ClusterOps changes the cluster from the admin API: declarations go
-// through the control plane (with a replication policy), and a node can be
-// asked to join a cluster through a peer.
+// ClusterOps changes the cluster from the admin API: declarations and
+// deletions go through the control plane (declarations with a replication
+// policy), and a node can be asked to join a cluster through a peer.
 type ClusterOps interface {
 	DeclarePolicy(ctx context.Context, c appliance.QueueConfig, policy string) (control.Queue, bool, error)
+	// DeleteQueue deletes a queue cluster-wide: its owner's broker and
+	// every follower's copies follow. An unknown queue is an error that
+	// matches appliance.ErrNotFound.
+	DeleteQueue(ctx context.Context, name string) error
 	JoinVia(ctx context.Context, peer string) error
 	Owner(queue string) (id, addr string, ok bool)
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"reflect"
 	"slices"
@@ -201,8 +202,18 @@ func TestClusterMetrics(t *testing.T) {
 
 // fakeOps records what the API asks of the cluster.
 type fakeOps struct {
-	policy string
-	peer   string
+	policy  string
+	peer    string
+	deleted []string
+}
+
+// DeleteQueue knows one cluster queue, "orders".
+func (o *fakeOps) DeleteQueue(_ context.Context, name string) error {
+	o.deleted = append(o.deleted, name)
+	if name != "orders" {
+		return fmt.Errorf("%w: %s", control.ErrUnknownQueue, name)
+	}
+	return nil
 }
 
 func (o *fakeOps) DeclarePolicy(_ context.Context, c appliance.QueueConfig, policy string) (control.Queue, bool, error) {
@@ -239,4 +250,36 @@ func TestClusterDeclareAndJoin(t *testing.T) {
 	if ops.peer != "10.0.0.1:7422" {
 		t.Fatalf("joined via %q", ops.peer)
 	}
+}
+
+// On a cluster node DELETE /api/queues/{name} goes through the cluster,
+// even for a queue the local broker does not serve, and an unknown queue
+// is 404; the local broker is not asked (its own queue stays).
+func TestClusterDelete(t *testing.T) {
+	ops := &fakeOps{}
+	f := newFixture(t, Options{ClusterOps: ops})
+	ctx := context.Background()
+	if _, err := f.b.Declare(ctx, appliance.QueueConfig{Name: "local"}); err != nil {
+		t.Fatal(err)
+	}
+	var reply map[string]string
+	f.do("DELETE", "/api/queues/orders", nil).want(t, 200, &reply)
+	if reply["deleted"] != "orders" {
+		t.Fatalf("reply %v", reply)
+	}
+	f.do("DELETE", "/api/queues/local", nil).wantError(t, 404, "not_found")
+	f.do("DELETE", "/api/queues/bad%20name", nil).wantError(t, 400, "invalid")
+	if want := []string{"orders", "local"}; !slices.Equal(ops.deleted, want) {
+		t.Fatalf("cluster asked to delete %q, want %q", ops.deleted, want)
+	}
+	if _, err := f.b.QueueInfo("local"); err != nil {
+		t.Fatalf("the local broker's queue went without the cluster: %v", err)
+	}
+
+	solo := newFixture(t, Options{})
+	if _, err := solo.b.Declare(ctx, appliance.QueueConfig{Name: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	solo.do("DELETE", "/api/queues/q", nil).want(t, 200, nil)
+	solo.do("DELETE", "/api/queues/q", nil).wantError(t, 404, "not_found")
 }

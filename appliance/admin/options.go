@@ -44,10 +44,11 @@ type Options struct {
 	// where GET /api/cluster answers 404 not_clustered and no cluster
 	// metrics are exported.
 	Cluster func() (federation.View, bool)
-	// ClusterOps, set on a cluster node, routes POST /api/queues through
-	// the control plane (the body may name a "policy") and serves
-	// POST /api/cluster/join. Default nil: declarations go to the local
-	// broker and the join endpoint answers 404 not_clustered.
+	// ClusterOps, set on a cluster node, routes POST /api/queues (the body
+	// may name a "policy") and DELETE /api/queues/{name} through the
+	// control plane, and serves POST /api/cluster/join. Default nil:
+	// declarations and deletes go to the local broker and the join
+	// endpoint answers 404 not_clustered.
 	ClusterOps ClusterOps
 }
 

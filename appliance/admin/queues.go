@@ -219,12 +219,19 @@ func (s *Server) getQueue(r *http.Request) (int, any, error) {
 	return 0, viewQueue(in), nil
 }
 
+// deleteQueue answers DELETE /api/queues/{name}. On a cluster node the
+// deletion goes through the control plane, whichever node serves the
+// queue; on a solo node the broker deletes it.
 func (s *Server) deleteQueue(r *http.Request) (int, any, error) {
 	name, err := queueName(r)
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := s.b.DeleteQueue(r.Context(), name); err != nil {
+	del := s.b.DeleteQueue
+	if s.opts.ClusterOps != nil {
+		del = s.opts.ClusterOps.DeleteQueue
+	}
+	if err := del(r.Context(), name); err != nil {
 		return 0, nil, err
 	}
 	return 0, map[string]string{"deleted": name}, nil

@@ -71,14 +71,26 @@ func (f *FSM) Read(fn func(*State)) {
 	fn(f.state)
 }
 
-// Apply applies one log entry and returns a Result.
+// Applied is the raft log index of the last command applied.
+func (f *FSM) Applied() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.state.Applied
+}
+
+// Apply applies one log entry and returns a Result. The entry's index
+// becomes the state's Applied, and the incarnation of a queue it creates.
 func (f *FSM) Apply(l *raft.Log) any {
 	var c Command
-	if err := json.Unmarshal(l.Data, &c); err != nil {
-		return Result{Err: fmt.Errorf("control: undecodable command at index %d: %w", l.Index, err)}
-	}
+	derr := json.Unmarshal(l.Data, &c)
 	f.mu.Lock()
-	r := f.state.apply(c)
+	f.state.Applied = max(f.state.Applied, l.Index)
+	var r Result
+	if derr != nil {
+		r = Result{Err: fmt.Errorf("control: undecodable command at index %d: %w", l.Index, derr)}
+	} else {
+		r = f.state.apply(c)
+	}
 	f.mu.Unlock()
 	if f.onChange != nil {
 		f.onChange()

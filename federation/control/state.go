@@ -51,6 +51,10 @@ type Queue struct {
 	// policy is the cluster's default for its mode (a majority of the
 	// copies) and follows the copy count as followers are added.
 	DefaultPolicy bool `json:"default_policy,omitempty"`
+	// Incarnation tells this declaration apart from an earlier or later
+	// queue of the same name: the raft log index of the command that
+	// created it, the same on every node.
+	Incarnation uint64 `json:"incarnation,omitempty"`
 }
 
 // Assignment places one queue partition: its owner, its followers and the
@@ -66,6 +70,9 @@ type Assignment struct {
 	Followers []string `json:"followers"`
 	Epoch     uint64   `json:"epoch"`
 	Policy    Policy   `json:"policy"`
+	// Incarnation is the queue's (see Queue.Incarnation): copies of a
+	// queue deleted and declared again under the same name differ in it.
+	Incarnation uint64 `json:"incarnation,omitempty"`
 }
 
 // Replicas is the partition's copy count, owner included.
@@ -81,6 +88,9 @@ type State struct {
 	Queues      map[string]Queue        `json:"queues"`
 	Assignments map[string][]Assignment `json:"assignments"` // by queue, index = partition
 	Settings    map[string]string       `json:"settings"`
+	// Applied is the raft log index of the last command applied (0
+	// before the first); a snapshot carries it.
+	Applied uint64 `json:"applied,omitempty"`
 }
 
 func newState() *State {
@@ -109,6 +119,7 @@ func (s *State) clone() *State {
 	for k, v := range s.Settings {
 		c.Settings[k] = v
 	}
+	c.Applied = s.Applied
 	return c
 }
 
@@ -175,7 +186,8 @@ func (s *State) setSettings(kv map[string]string) error {
 // declare applies a declaration with the cluster's rules: the mode is
 // fixed by the first declare, cluster-wide; a new queue declared without a
 // mode or policy becomes buffered; a policy implies the mode and must agree
-// with one given. A new queue is placed at once.
+// with one given. A new queue is placed at once, its incarnation the
+// index of the command being applied (s.Applied).
 func (s *State) declare(c appliance.QueueConfig, p Policy, warnings []string) (Queue, bool, error) {
 	if err := c.Validate(); err != nil {
 		return Queue{}, false, err
@@ -215,9 +227,12 @@ func (s *State) declare(c appliance.QueueConfig, p Policy, warnings []string) (Q
 	if c.Durability == appliance.Buffered {
 		warnings = append(warnings, appliance.BufferedWarning)
 	}
-	q := Queue{Config: c, Policy: p, Warnings: warnings, DefaultPolicy: defaulted}
+	q := Queue{Config: c, Policy: p, Warnings: warnings, DefaultPolicy: defaulted, Incarnation: s.Applied}
 	s.Queues[c.Name] = q
 	s.Assignments[c.Name] = s.place(c.Name, c.Partitions, replicas, p)
+	for i := range s.Assignments[c.Name] {
+		s.Assignments[c.Name][i].Incarnation = q.Incarnation
+	}
 	return q, true, nil
 }
 
@@ -237,4 +252,15 @@ func (s *State) deleteQueue(name string) error {
 	delete(s.Queues, name)
 	delete(s.Assignments, name)
 	return nil
+}
+
+// Follows reports whether the state makes member a follower of the copy
+// of queue's partition under incarnation.
+func (s *State) Follows(member, queue string, incarnation uint64, partition int) bool {
+	as := s.Assignments[queue]
+	if partition < 0 || partition >= len(as) {
+		return false
+	}
+	a := as[partition]
+	return a.Incarnation == incarnation && slices.Contains(a.Followers, member)
 }

@@ -2,6 +2,7 @@ package control
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -203,4 +204,65 @@ func BenchmarkOwnerLookup(b *testing.B) {
 			f.Read(func(s *State) { _ = s.Assignments["q50"][0].Owner })
 		}
 	})
+}
+
+// A queue's incarnation is the raft index of the declare that created it:
+// a repeated declare keeps it, a queue deleted and declared again gets a
+// new one, every partition's assignment carries it, and the state's
+// Applied index survives a snapshot.
+func TestIncarnation(t *testing.T) {
+	f := NewFSM(nil)
+	index := uint64(0)
+	apply := func(c Command) Result {
+		t.Helper()
+		b, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		index += 3 // not every raft entry is a command
+		return f.Apply(&raft.Log{Index: index, Data: b}).(Result)
+	}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		apply(addMember(id))
+	}
+	if r := apply(declareCmd("q", appliance.Buffered, 2, Policy{})); r.Err != nil || r.Queue.Incarnation != 12 {
+		t.Fatalf("declare: %+v", r)
+	}
+	if r := apply(declareCmd("q", appliance.Buffered, 2, Policy{})); r.Err != nil || r.Created || r.Queue.Incarnation != 12 {
+		t.Fatalf("declare again: %+v", r)
+	}
+	s := f.State()
+	for _, a := range s.Assignments["q"] {
+		if a.Incarnation != 12 || !s.Follows(a.Followers[0], "q", 12, a.Partition) || s.Follows(a.Owner, "q", 12, a.Partition) {
+			t.Fatalf("assignment %+v", a)
+		}
+	}
+	follower := s.Assignments["q"][1].Followers[0]
+	if r := apply(Command{Op: OpDeleteQueue, ID: "q"}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if s := f.State(); s.Follows(follower, "q", 12, 1) || s.Applied != 18 {
+		t.Fatalf("after delete: follows, applied %d", s.Applied)
+	}
+	if r := apply(Command{Op: OpDeleteQueue, ID: "q"}); !errors.Is(r.Err, ErrUnknownQueue) || f.Applied() != 21 {
+		t.Fatalf("delete again: %v, applied %d", r.Err, f.Applied())
+	}
+	if r := apply(declareCmd("q", appliance.Durable, 1, Policy{})); r.Err != nil || r.Queue.Incarnation != 24 {
+		t.Fatalf("declare after delete: %+v", r)
+	}
+	if s := f.State(); s.Follows(follower, "q", 12, 0) || s.Assignments["q"][0].Incarnation != 24 {
+		t.Fatalf("re-declared: %+v", s.Assignments["q"])
+	}
+	snap, _ := f.Snapshot()
+	var sink memSink
+	if err := snap.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	g := NewFSM(nil)
+	if err := g.Restore(io.NopCloser(&sink)); err != nil {
+		t.Fatal(err)
+	}
+	if s := g.State(); g.Applied() != 24 || s.Queues["q"].Incarnation != 24 || s.Assignments["q"][0].Incarnation != 24 {
+		t.Fatalf("restored: applied %d, %+v", g.Applied(), s.Assignments["q"])
+	}
 }

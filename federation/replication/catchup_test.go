@@ -365,7 +365,8 @@ func TestFollowerStartsAtOwnersHead(t *testing.T) {
 // with a reason that says so, and is left as it was.
 func TestFollowerRefusesCopyBehindHead(t *testing.T) {
 	fs := vfs.NewMem()
-	pre, err := wal.Open(fs.PathJoin("r", "q", "0"), wal.Options{FS: fs, Logger: quiet})
+	pre, err := wal.Open(fs.PathJoin("r", "q", "0", "0"), // incarnation 0, partition 0
+		wal.Options{FS: fs, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +24,8 @@ const DefaultPullBytes = 1 << 20
 
 // FollowerOptions configure a Follower.
 type FollowerOptions struct {
-	// Dir holds one log per replicated partition: Dir/<queue>/<partition>.
+	// Dir holds one log per replicated partition:
+	// Dir/<queue>/<incarnation>/<partition>.
 	Dir string
 	// FS is the file system; default vfs.Default.
 	FS vfs.FS
@@ -38,28 +38,35 @@ type FollowerOptions struct {
 	// PullBytes bounds each catch-up batch the follower asks for; default
 	// DefaultPullBytes (the owner may send less).
 	PullBytes int
+	// Accept, when set, decides whether a stream may feed this node's
+	// copy of the partition its Hello names; an error refuses the stream
+	// with the error as the reason. It is called before the copy is
+	// opened and may wait (for the control state to catch up); ctx ends
+	// when the Follower closes. Default: every Hello is accepted.
+	Accept func(ctx context.Context, h Hello) error
+	// Keep, when set, reports whether this node still keeps the copy:
+	// Collect removes the copies it rejects, and a copy it rejects is
+	// not opened. It must not block. Default: every copy is kept.
+	Keep func(c CopyID) bool
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
 
 // Follower keeps this node's copies of partitions other nodes own. Each
 // copy is a wal.Log written at the owner's offsets; one stream at a time
-// feeds it (a new stream from the owner replaces the old one).
+// feeds it (a new stream from the owner replaces the old one). A
+// partition has at most one open copy, of one incarnation of its queue.
 type Follower struct {
-	opts FollowerOptions
+	opts   FollowerOptions
+	ctx    context.Context // ends at Close: Accept stops waiting
+	cancel context.CancelFunc
 
-	mu       sync.Mutex // guards replicas and closed
+	// mu guards replicas and closed; a copy is opened, and one that is
+	// not open is removed, under it (see copies.go).
+	mu       sync.Mutex
 	replicas map[string]*replica
 	closed   bool
-	wg       sync.WaitGroup
-}
-
-type replica struct {
-	log *wal.Log
-	// stream is the connection feeding the copy, and done closes when its
-	// handler has returned; both guarded by Follower.mu.
-	stream net.Conn
-	done   chan struct{}
+	wg       sync.WaitGroup // streams and removals under way
 }
 
 // NewFollower returns a Follower storing under o.Dir.
@@ -73,65 +80,8 @@ func NewFollower(o FollowerOptions) *Follower {
 	if o.PullBytes <= 0 || o.PullBytes > MaxFrame/2 {
 		o.PullBytes = DefaultPullBytes
 	}
-	return &Follower{opts: o, replicas: map[string]*replica{}}
-}
-
-func replicaKey(queue string, partition uint32) string {
-	return queue + "/" + strconv.FormatUint(uint64(partition), 10)
-}
-
-// Log returns the copy of a partition, if this node has one.
-func (f *Follower) Log(queue string, partition int) (*wal.Log, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	r, ok := f.replicas[replicaKey(queue, uint32(partition))]
-	if !ok {
-		return nil, false
-	}
-	return r.log, true
-}
-
-// attach opens (or finds) the copy named by h and makes c its stream,
-// ending the previous stream first.
-func (f *Follower) attach(h Hello, c net.Conn) (*replica, chan struct{}, error) {
-	key := replicaKey(h.Queue, h.Partition)
-	f.mu.Lock()
-	if f.closed {
-		f.mu.Unlock()
-		return nil, nil, errors.New("follower closed")
-	}
-	r, ok := f.replicas[key]
-	if !ok {
-		dir := f.opts.FS.PathJoin(f.opts.Dir, h.Queue, strconv.FormatUint(uint64(h.Partition), 10))
-		log, err := wal.Open(dir, wal.Options{FS: f.opts.FS, SegmentSize: f.opts.SegmentSize,
-			BackgroundSyncInterval: f.opts.BackgroundSyncInterval, Logger: f.opts.Logger.With("replica", key)})
-		if err != nil {
-			f.mu.Unlock()
-			return nil, nil, fmt.Errorf("open replica %s: %w", key, err)
-		}
-		r = &replica{log: log}
-		f.replicas[key] = r
-	}
-	for r.stream != nil {
-		old, done := r.stream, r.done
-		f.mu.Unlock()
-		old.Close()
-		<-done
-		f.mu.Lock()
-	}
-	done := make(chan struct{})
-	r.stream, r.done = c, done
-	f.mu.Unlock()
-	return r, done, nil
-}
-
-func (f *Follower) detach(r *replica, done chan struct{}) {
-	f.mu.Lock()
-	if r.done == done {
-		r.stream, r.done = nil, nil
-	}
-	f.mu.Unlock()
-	close(done)
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Follower{opts: o, ctx: ctx, cancel: cancel, replicas: map[string]*replica{}}
 }
 
 // Serve runs one replication stream on c until it ends.
@@ -155,6 +105,14 @@ func (f *Follower) Serve(c net.Conn) {
 	if !ok {
 		w.send(Refuse{Reason: "expected hello"})
 		return
+	}
+	if f.opts.Accept != nil {
+		if err := f.opts.Accept(f.ctx, h); err != nil {
+			f.opts.Logger.Warn("replication stream refused", "queue", h.Queue, "partition", h.Partition,
+				"incarnation", h.Incarnation, "owner", h.Owner, "err", err)
+			w.send(Refuse{Reason: err.Error()})
+			return
+		}
 	}
 	r, done, err := f.attach(h, c)
 	if err != nil {
@@ -344,6 +302,7 @@ func (f *Follower) watch(ctx context.Context, w *frameWriter, log *wal.Log, sent
 
 // Close ends every stream and closes the copies.
 func (f *Follower) Close() error {
+	f.cancel()
 	f.mu.Lock()
 	f.closed = true
 	var streams []net.Conn

@@ -15,17 +15,25 @@ import (
 //
 // little endian, strings and payloads as u32 length + bytes:
 //
-//	Hello    owner → follower  epoch u64 | durability u8 | partition u32 | head u64 | queue | owner id
+//	Hello    owner → follower  epoch u64 | incarnation u64 | durability u8 | partition u32 | head u64 | queue | owner id
 //	Position follower → owner  written u64 | durable u64 (both "next": one past the last record)
 //	Batch    owner → follower  first u64 | catch-up u8 (0 or 1) | count u32 | count × (type u8 | payload)
 //	Refuse   follower → owner  reason
 //	Pull     follower → owner  from u64 | max bytes u32
 //
-// The follower answers Hello with its Position. A copy that is empty and
-// ends before the owner's head first moves up to the head, so that a new
-// follower of a queue whose first records retention has removed can start;
-// a copy holding records that all lie before the head is refused. The
-// owner then sends Batches from that position in one of two modes:
+// The follower first asks the control state whether it follows the
+// partition (FollowerOptions.Accept: the assignment names the Hello's
+// owner, this node among the followers, the same incarnation, and an epoch
+// no higher than the Hello's) and Refuses the stream otherwise. The
+// incarnation (the raft index of the queue's declaration) keeps a queue
+// deleted and declared again under the same name from finding the old
+// queue's copies: each incarnation has its own copy.
+//
+// The follower answers an accepted Hello with its Position. A copy that
+// is empty and ends before the owner's head first moves up to the head,
+// so that a new follower of a queue whose first records retention has
+// removed can start; a copy holding records that all lie before the head
+// is refused. The owner then sends Batches from that position in one of two modes:
 //
 //   - Push (early replication), while the follower is within the
 //     sender's CatchUpLag of the owner's written end and at or above what
@@ -66,9 +74,11 @@ type Frame interface{ frameType() byte }
 
 // Hello opens the stream for one partition at the owner's epoch.
 type Hello struct {
-	Epoch      uint64
-	Durability uint8 // appliance.Durability of the queue
-	Partition  uint32
+	Epoch uint64
+	// Incarnation is the queue declaration's (control.Queue.Incarnation).
+	Incarnation uint64
+	Durability  uint8 // appliance.Durability of the queue
+	Partition   uint32
 	// Head is the lowest offset the owner's log still holds; the sender
 	// fills it in at each connection.
 	Head  uint64
@@ -124,6 +134,7 @@ func appendFrame(b []byte, f Frame) []byte {
 	switch f := f.(type) {
 	case Hello:
 		b = binary.LittleEndian.AppendUint64(b, f.Epoch)
+		b = binary.LittleEndian.AppendUint64(b, f.Incarnation)
 		b = append(b, f.Durability)
 		b = binary.LittleEndian.AppendUint32(b, f.Partition)
 		b = binary.LittleEndian.AppendUint64(b, f.Head)
@@ -182,7 +193,7 @@ func decodeFrame(body []byte) (Frame, error) {
 	var f Frame
 	switch body[0] {
 	case typeHello:
-		f = Hello{Epoch: d.u64(), Durability: d.u8(), Partition: d.u32(), Head: d.u64(),
+		f = Hello{Epoch: d.u64(), Incarnation: d.u64(), Durability: d.u8(), Partition: d.u32(), Head: d.u64(),
 			Queue: string(d.bytes()), Owner: string(d.bytes())}
 	case typePosition:
 		f = Position{Written: d.u64(), Durable: d.u64()}

@@ -66,14 +66,13 @@ func openLog(t *testing.T, fs vfs.FS, dir string) *wal.Log {
 func TestStreamToFollowers(t *testing.T) {
 	owner := openLog(t, vfs.NewMem(), "owner")
 	gate := NewGate(Durable, 3, []string{"f1", "f2"})
-	var senders Senders
-	defer senders.Close()
 	followers := map[string]*Follower{}
 	for _, id := range []string{"f1", "f2"} {
 		f := NewFollower(FollowerOptions{Dir: "replicas", FS: vfs.NewMem(), SegmentSize: 256 << 10, Logger: quiet})
 		followers[id] = f
-		senders.Add(SenderOptions{Hello: Hello{Epoch: 1, Durability: durableMode, Queue: "q", Partition: 0, Owner: "o"},
+		s := StartSender(SenderOptions{Hello: Hello{Epoch: 1, Durability: durableMode, Queue: "q", Partition: 0, Owner: "o"},
 			Follower: id, Addr: serveFollower(t, f), Dial: dialTCP, Log: owner, Gate: gate, Logger: quiet})
+		defer s.Close()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -189,7 +188,7 @@ func TestGateCounts(t *testing.T) {
 }
 
 func FuzzDecodeFrame(f *testing.F) {
-	for _, fr := range []Frame{Hello{Epoch: 3, Durability: 1, Partition: 2, Head: 40, Queue: "q", Owner: "n1"},
+	for _, fr := range []Frame{Hello{Epoch: 3, Incarnation: 17, Durability: 1, Partition: 2, Head: 40, Queue: "q", Owner: "n1"},
 		Position{Written: 9, Durable: 4}, Batch{First: 7, CatchUp: true, Records: []Record{{1, []byte("x")}, {2, nil}}},
 		Batch{First: 8, Records: []Record{{3, []byte("y")}}}, Refuse{Reason: "no"}, Pull{From: 11, Max: 1 << 20}} {
 		f.Add(appendFrame(nil, fr))

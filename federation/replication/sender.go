@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -290,29 +289,5 @@ func (s *Sender) noteMode(catchUp bool, cursor uint64) {
 		s.o.Logger.Info("follower is behind; catching up through pulls", "at", cursor, "written", s.o.Log.WrittenNext())
 	} else {
 		s.o.Logger.Info("follower caught up; pushing", "at", cursor)
-	}
-}
-
-// Senders is a set of streams closed together.
-type Senders struct {
-	mu sync.Mutex
-	s  []*Sender
-}
-
-// Add starts a stream and keeps it for Close.
-func (ss *Senders) Add(o SenderOptions) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	ss.s = append(ss.s, StartSender(o))
-}
-
-// Close stops every stream.
-func (ss *Senders) Close() {
-	ss.mu.Lock()
-	s := ss.s
-	ss.s = nil
-	ss.mu.Unlock()
-	for _, x := range s {
-		x.Close()
 	}
 }

@@ -187,7 +187,9 @@ type clusterProcs struct {
 func startClusterProcs(t *testing.T, ctx context.Context) *clusterProcs {
 	t.Helper()
 	bin := buildDaemon(t)
-	ports := freePorts(t, 3)
+	// Cluster ports, then client ports: fixed, as on a site, so a node
+	// that restarts keeps its addresses.
+	ports := freePorts(t, 6)
 	cp := &clusterProcs{ids: []string{"n1", "n2", "n3"}, opts: map[string]fibrildproc.Options{},
 		procs: map[string]*fibrildproc.Process{}}
 	for i, id := range cp.ids {
@@ -197,7 +199,7 @@ func startClusterProcs(t *testing.T, ctx context.Context) *clusterProcs {
 				peers = append(peers, other+"@"+ports[j])
 			}
 		}
-		cp.opts[id] = fibrildproc.Options{Bin: bin, DataDir: filepath.Join(t.TempDir(), id),
+		cp.opts[id] = fibrildproc.Options{Bin: bin, DataDir: filepath.Join(t.TempDir(), id), Listen: ports[3+i],
 			Args: []string{"--storage.min_free", "0", "--storage.segment_size", "1MiB",
 				"--cluster.node_id", id, "--cluster.listen", ports[i], "--cluster.peers", strings.Join(peers, ","),
 				"--cluster.bootstrap", "true"}}

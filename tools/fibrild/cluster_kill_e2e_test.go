@@ -130,7 +130,12 @@ func TestClusterSurvivesKills(t *testing.T) {
 	ownerLog := open(filepath.Join(cp.opts[owner].DataDir, "queues", "ledger", "0"))
 	want := waltest.Records(t, ownerLog, ownerLog.WrittenNext())
 	for _, f := range []string{f1, f2} {
-		copyLog := open(filepath.Join(cp.opts[f].DataDir, "replicas", "ledger", "0"))
+		// replicas/<queue>/<incarnation>/<partition>: one incarnation here.
+		dirs, err := filepath.Glob(filepath.Join(cp.opts[f].DataDir, "replicas", "ledger", "*", "0"))
+		if err != nil || len(dirs) != 1 {
+			t.Fatalf("%s's copies of ledger/0: %v %v", f, dirs, err)
+		}
+		copyLog := open(dirs[0])
 		have := waltest.Records(t, copyLog, copyLog.WrittenNext())
 		if len(have) < len(confirmed) || len(have) > len(want) {
 			t.Fatalf("%s holds %d records; the owner %d, with %d publishes confirmed", f, len(have), len(want), len(confirmed))

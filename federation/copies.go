@@ -1,0 +1,132 @@
+package federation
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/fibril-edge/fibril/federation/control"
+	"github.com/fibril-edge/fibril/federation/replication"
+)
+
+// This node's copies follow the control state:
+//
+//   - accept lets a replication stream in only when the assignment of its
+//     partition names the Hello's owner as owner, this node among the
+//     followers, the Hello's incarnation, and an epoch no higher than the
+//     Hello's. A state that has not caught up (a node just restarted, a
+//     declaration or a new follower just made) is waited for, up to
+//     acceptWait, before the stream is refused; the owner's sender retries.
+//   - keeps says whether the state still assigns a copy to this node.
+//     Until the state has replayed (Node.Replayed) it keeps everything:
+//     the state of a node that just opened is empty, not authoritative.
+//   - collectCopies, once the state has replayed, removes the copies the
+//     state no longer assigns to this node (the queue was deleted, or
+//     deleted and declared again), the ones on disk included, and does so
+//     again after every applied command.
+
+// acceptWait bounds how long a Hello waits for this node's control state
+// to assign the copy it names.
+const acceptWait = 5 * time.Second
+
+// accept is the Follower's Accept hook.
+func (c *Cluster) accept(ctx context.Context, h replication.Hello) error {
+	select {
+	case <-c.nodeSet:
+	case <-ctx.Done():
+		return fmt.Errorf("node closing: %w", ctx.Err())
+	}
+	ctx, cancel := context.WithTimeout(ctx, acceptWait)
+	defer cancel()
+	var verdict error
+	err := c.node.waitFor(ctx, func(s *control.State) bool {
+		var final bool
+		final, verdict = c.checkHello(s, h)
+		return verdict == nil || final
+	})
+	switch {
+	case verdict != nil && err != nil:
+		return fmt.Errorf("%w (this node's control state, at index %d, did not change within %v)",
+			verdict, c.node.fsm.Applied(), acceptWait)
+	case verdict != nil:
+		return verdict
+	}
+	return err
+}
+
+// checkHello says whether s lets the stream h feed this node's copy, and
+// whether a refusal is final: a state that has applied the queue's
+// declaration (index h.Incarnation) and has no such partition under that
+// incarnation never will, an epoch below the assignment's never rises, and
+// at the assignment's epoch the owner is the assignment's. Other refusals
+// may clear as the state catches up (a follower added, a new owner at a
+// higher epoch).
+func (c *Cluster) checkHello(s *control.State, h replication.Hello) (final bool, refusal error) {
+	me := c.node.opts.ID
+	applied := s.Applied >= h.Incarnation && h.Incarnation > 0
+	as := s.Assignments[h.Queue]
+	if int(h.Partition) >= len(as) {
+		return applied, fmt.Errorf("no partition %s/%d in this node's control state (incarnation %d)",
+			h.Queue, h.Partition, h.Incarnation)
+	}
+	a := as[h.Partition]
+	switch {
+	case a.Incarnation != h.Incarnation:
+		return applied, fmt.Errorf("queue %s is incarnation %d in this node's control state, the stream's is %d",
+			h.Queue, a.Incarnation, h.Incarnation)
+	case h.Epoch < a.Epoch:
+		return true, fmt.Errorf("stale epoch %d: %s/%d is at epoch %d", h.Epoch, h.Queue, h.Partition, a.Epoch)
+	case a.Owner != h.Owner:
+		// An owner at the assignment's epoch is the assignment's owner; a
+		// higher epoch may name an owner this state has not seen yet.
+		return h.Epoch <= a.Epoch, fmt.Errorf("%s/%d is owned by %s, not %s", h.Queue, h.Partition, a.Owner, h.Owner)
+	case !slices.Contains(a.Followers, me):
+		return false, fmt.Errorf("%s is not a follower of %s/%d (followers %v)", me, h.Queue, h.Partition, a.Followers)
+	}
+	return true, nil
+}
+
+// keeps is the Follower's Keep hook.
+func (c *Cluster) keeps(id replication.CopyID) bool {
+	select {
+	case <-c.nodeSet:
+	default:
+		return true
+	}
+	select {
+	case <-c.node.Replayed():
+	default:
+		return true
+	}
+	var keep bool
+	c.node.read(func(s *control.State) { keep = s.Follows(c.node.opts.ID, id.Queue, id.Incarnation, id.Partition) })
+	return keep
+}
+
+// collectCopies removes the copies the state no longer assigns to this
+// node, once it has replayed and after every applied command, until Close.
+func (c *Cluster) collectCopies() {
+	defer c.wg.Done()
+	select {
+	case <-c.node.Replayed():
+	case <-c.stop:
+		return
+	}
+	for {
+		changed := c.node.Changed()
+		removed, err := c.follower.Collect()
+		if err != nil {
+			c.log.Error("cannot remove copies this node no longer follows", "err", err)
+		}
+		for _, id := range removed {
+			c.log.Info("removed a copy this node no longer follows", "queue", id.Queue,
+				"partition", id.Partition, "incarnation", id.Incarnation)
+		}
+		select {
+		case <-changed:
+		case <-c.stop:
+			return
+		}
+	}
+}

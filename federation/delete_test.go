@@ -1,0 +1,458 @@
+package federation
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+
+	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/federation/replication"
+	"github.com/fibril-edge/fibril/internal/await"
+	"github.com/fibril-edge/fibril/internal/waltest"
+	"github.com/fibril-edge/fibril/wal"
+)
+
+// removals records every recursive removal on a node's copies' FS.
+type removals struct {
+	mu    sync.Mutex
+	paths []string
+}
+
+func (r *removals) MaybeError(op errorfs.Op) error {
+	if op.Kind == errorfs.OpRemoveAll {
+		r.mu.Lock()
+		r.paths = append(r.paths, op.Path)
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+func (r *removals) String() string { return "removals" }
+
+// under lists the removals of paths below dir.
+func (r *removals) under(dir string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, p := range r.paths {
+		if strings.HasPrefix(p, dir) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// restartable is a cluster node that can be closed and opened again on
+// the same raft directory, cluster address and in-memory FS.
+type restartable struct {
+	id, raftDir, addr string
+	peers             []Peer
+	fs                vfs.FS
+	removed           *removals
+	cluster           *Cluster
+	broker            *appliance.Broker
+}
+
+func (n *restartable) open(t *testing.T, ln net.Listener) {
+	t.Helper()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := OpenCluster(ClusterOptions{
+		Node: Options{ID: n.id, Dir: n.raftDir, Listener: ln, Listen: n.addr, Peers: n.peers,
+			Bootstrap: true, ElectionTimeout: testElection, Logger: quiet},
+		ReplicaDir: "replicas", ReplicaFS: errorfs.Wrap(n.fs, n.removed), ReplicaSegmentSize: 1 << 20,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := appliance.Open(appliance.Options{DataDir: "data", FS: n.fs, Logger: quiet, SegmentSize: 1 << 20,
+		MinFreeBytes: -1, Replication: c})
+	if err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	c.Bind(b)
+	n.cluster, n.broker = c, b
+}
+
+func (n *restartable) close() {
+	if n.cluster == nil {
+		return
+	}
+	n.broker.Close()
+	n.cluster.Close()
+	n.cluster, n.broker = nil, nil
+}
+
+// restart closes the node and opens it again where it was.
+func (n *restartable) restart(t *testing.T) {
+	t.Helper()
+	n.close()
+	ln, err := net.Listen("tcp", n.addr)
+	if err != nil {
+		t.Fatalf("listen again on %s: %v", n.addr, err)
+	}
+	n.open(t, ln)
+}
+
+// startRestartable runs three cluster nodes in one process, each on its
+// own in-memory FS for queues and copies, all of it kept across restarts.
+func startRestartable(t *testing.T) map[string]*restartable {
+	t.Helper()
+	ids := []string{"n1", "n2", "n3"}
+	lns := map[string]net.Listener{}
+	nodes := map[string]*restartable{}
+	for _, id := range ids {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[id] = ln
+		nodes[id] = &restartable{id: id, raftDir: t.TempDir(), addr: ln.Addr().String(), fs: vfs.NewMem(), removed: &removals{}}
+	}
+	for _, n := range nodes {
+		for _, o := range ids {
+			if o != n.id {
+				n.peers = append(n.peers, Peer{ID: o, Addr: nodes[o].addr})
+			}
+		}
+	}
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			n.close()
+		}
+	})
+	for _, id := range ids {
+		nodes[id].open(t, lns[id])
+	}
+	for id, n := range nodes {
+		await.Within(t, 30*time.Second, id+" to see 3 members", func() bool {
+			return len(n.cluster.Node().State().Members) == 3
+		})
+	}
+	return nodes
+}
+
+// declareVia declares through a node and returns the owner once its
+// gates are set.
+func declareVia(t *testing.T, nodes map[string]*restartable, via string, cfg appliance.QueueConfig) *restartable {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, _, err := nodes[via].cluster.DeclarePolicy(ctx, cfg, ""); err != nil {
+		t.Fatalf("declare %s: %v", cfg.Name, err)
+	}
+	owner := nodes[nodes[via].cluster.Node().State().Assignments[cfg.Name][0].Owner]
+	await.Within(t, 30*time.Second, owner.id+" to serve "+cfg.Name, func() bool {
+		for part := range cfg.WithDefaults().Partitions {
+			if _, ok := owner.cluster.Gate(cfg.Name, part); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	return owner
+}
+
+// publishBodies publishes n messages with bodies prefix-i and waits for
+// every confirm.
+func publishBodies(t *testing.T, b *appliance.Broker, queue, prefix string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range n {
+		if _, err := b.Publish(ctx, queue, appliance.Message{Key: fmt.Sprint(i % 8), Body: []byte(fmt.Sprintf("%s-%d", prefix, i))}); err != nil {
+			t.Fatalf("publish to %s: %v", queue, err)
+		}
+	}
+}
+
+// copiesMatch waits until every follower's copy of every partition of
+// queue holds the owner's log, compares them record for record, and
+// returns the copies' records.
+func copiesMatch(t *testing.T, nodes map[string]*restartable, queue string) [][]wal.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := nodes["n1"].cluster.Node().State()
+	var all [][]wal.Record
+	for _, a := range st.Assignments[queue] {
+		owner := nodes[a.Owner]
+		ol, ok := owner.cluster.OwnerLog(queue, a.Partition)
+		if !ok {
+			t.Fatalf("%s does not serve %s/%d", a.Owner, queue, a.Partition)
+		}
+		end := ol.WrittenNext()
+		want := waltest.Records(t, ol, end)
+		for _, f := range a.Followers {
+			var fl *wal.Log
+			await.Until(t, ctx, fmt.Sprintf("%s's copy of %s/%d to reach %d", f, queue, a.Partition, end), func() bool {
+				l, ok := nodes[f].cluster.Follower().Log(queue, a.Partition)
+				fl = l
+				return ok && l.WrittenNext() >= end
+			})
+			if fl.WrittenNext() != end {
+				t.Fatalf("%s's copy of %s/%d ends at %d, the owner's log at %d", f, queue, a.Partition, fl.WrittenNext(), end)
+			}
+			have := waltest.Records(t, fl, end)
+			for i := range want {
+				if want[i].Offset != have[i].Offset || want[i].Type != have[i].Type || !bytes.Equal(want[i].Payload, have[i].Payload) {
+					t.Fatalf("%s/%d record %d differs on %s", queue, a.Partition, i, f)
+				}
+			}
+			all = append(all, have)
+		}
+	}
+	return all
+}
+
+// A queue deleted through a node that does not serve it leaves every
+// node's state, its owner's broker and every follower's disk; declared
+// again under the same name (in the other mode) it starts from nothing,
+// and its new copies hold the new queue's records only.
+func TestDeleteAndRedeclare(t *testing.T) {
+	nodes := startRestartable(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	owner := declareVia(t, nodes, "n1", appliance.QueueConfig{Name: "del", Partitions: 2})
+	publishBodies(t, owner.broker, "del", "old", 300)
+	copiesMatch(t, nodes, "del")
+	st := owner.cluster.Node().State()
+	inc := st.Queues["del"].Incarnation
+	type copyRef struct {
+		node *restartable
+		part int
+		log  *wal.Log
+	}
+	var copies []copyRef
+	for _, a := range st.Assignments["del"] {
+		for _, f := range a.Followers {
+			l, _ := nodes[f].cluster.Follower().Log("del", a.Partition)
+			copies = append(copies, copyRef{nodes[f], a.Partition, l})
+		}
+	}
+	var via *restartable
+	for _, n := range nodes {
+		if n != owner {
+			via = n
+		}
+	}
+	if err := via.cluster.DeleteQueue(ctx, "del"); err != nil {
+		t.Fatalf("delete through %s: %v", via.id, err)
+	}
+	if err := via.cluster.DeleteQueue(ctx, "del"); !errors.Is(err, appliance.ErrNotFound) {
+		t.Fatalf("delete of a deleted queue: %v, want not found", err)
+	}
+	for _, n := range nodes {
+		await.Until(t, ctx, n.id+" to drop del from its state", func() bool {
+			_, q := n.cluster.Node().State().Queues["del"]
+			_, a := n.cluster.Node().State().Assignments["del"]
+			return !q && !a
+		})
+	}
+	await.Until(t, ctx, "the owner's broker to delete del", func() bool {
+		_, err := owner.broker.QueueInfo("del")
+		return errors.Is(err, appliance.ErrNotFound)
+	})
+	for _, c := range copies {
+		await.Until(t, ctx, fmt.Sprintf("%s to remove its copy of del/%d", c.node.id, c.part), func() bool {
+			_, open := c.node.cluster.Follower().Log("del", c.part)
+			_, err := c.node.fs.Stat(c.node.fs.PathJoin("replicas", "del", fmt.Sprint(inc), fmt.Sprint(c.part)))
+			return !open && err != nil
+		})
+		if err := c.log.Sync(ctx); !errors.Is(err, wal.ErrClosed) {
+			t.Fatalf("%s's removed copy of del/%d is not closed: %v", c.node.id, c.part, err)
+		}
+	}
+	for _, n := range nodes {
+		await.Until(t, ctx, n.id+" to hold no directory for del", func() bool {
+			_, err := n.fs.Stat(n.fs.PathJoin("replicas", "del"))
+			return err != nil
+		})
+	}
+
+	// The same name again, in the other mode.
+	owner = declareVia(t, nodes, via.id, appliance.QueueConfig{Name: "del", Durability: appliance.Durable, Partitions: 1})
+	if again := owner.cluster.Node().State().Queues["del"].Incarnation; again <= inc {
+		t.Fatalf("re-declared incarnation %d, the first was %d", again, inc)
+	}
+	publishBodies(t, owner.broker, "del", "new", 100)
+	for _, recs := range copiesMatch(t, nodes, "del") {
+		if len(recs) == 0 {
+			t.Fatal("an empty copy of the new queue")
+		}
+		for _, r := range recs {
+			if bytes.Contains(r.Payload, []byte("old-")) {
+				t.Fatalf("the new queue's copy holds an old record at %d", r.Offset)
+			}
+		}
+	}
+	for _, n := range nodes {
+		ids, err := n.cluster.Follower().Copies()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			if id.Incarnation == inc {
+				t.Fatalf("%s still holds %s", n.id, id)
+			}
+		}
+	}
+}
+
+// A follower accepts a stream only from the partition's owner, for a
+// partition it follows, of the queue's current incarnation.
+func TestFollowerRefusesUnassignedStreams(t *testing.T) {
+	nodes := startRestartable(t)
+	owner := declareVia(t, nodes, "n1", appliance.QueueConfig{Name: "guarded"})
+	a := owner.cluster.Node().State().Assignments["guarded"][0]
+	follower, bystander := nodes[a.Followers[0]], nodes[a.Followers[1]]
+	ask := func(h replication.Hello) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return follower.cluster.accept(ctx, h)
+	}
+	good := replication.Hello{Epoch: a.Epoch, Incarnation: a.Incarnation, Queue: "guarded", Owner: a.Owner}
+	if err := ask(good); err != nil {
+		t.Fatalf("the owner's stream refused: %v", err)
+	}
+	impostor := good
+	impostor.Owner = bystander.id
+	unknown := good
+	unknown.Partition = 5
+	stale := good
+	stale.Incarnation = a.Incarnation - 1
+	for _, c := range []struct {
+		h    replication.Hello
+		want string
+	}{
+		{impostor, "is owned by " + a.Owner + ", not " + bystander.id},
+		{unknown, "no partition guarded/5"},
+		{stale, "is incarnation"},
+	} {
+		if err := ask(c.h); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("hello %+v: %v, want a refusal naming %q", c.h, err, c.want)
+		}
+	}
+
+	// Through the cluster port: the bystander's stream for the partition
+	// is refused with the reason, and the copy is not touched.
+	var before *wal.Log
+	await.Within(t, 30*time.Second, follower.id+" to open its copy of guarded/0", func() bool {
+		l, ok := follower.cluster.Follower().Log("guarded", 0)
+		before = l
+		return ok
+	})
+	refused := make(chan string, 1)
+	ol, err := wal.Open("impostor", wal.Options{FS: vfs.NewMem(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ol.Close()
+	s := replication.StartSender(replication.SenderOptions{Hello: impostor, Follower: follower.id, Addr: follower.addr,
+		Dial: bystander.cluster.Node().DialReplica, Log: ol, Gate: replication.NewGate(replication.Written, 1, nil),
+		Logger: slog.New(errCapture{refused})})
+	defer s.Close()
+	select {
+	case reason := <-refused:
+		if !strings.Contains(reason, "follower refused") || !strings.Contains(reason, "is owned by "+a.Owner) {
+			t.Fatalf("impostor's stream ended with %q", reason)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the impostor's stream was not refused")
+	}
+	if after, _ := follower.cluster.Follower().Log("guarded", 0); after != before {
+		t.Fatal("the impostor's stream replaced the copy")
+	}
+}
+
+// errCapture passes the err attribute of each log record to a channel
+// (dropping it when the channel is full).
+type errCapture struct{ errs chan<- string }
+
+func (h errCapture) Enabled(context.Context, slog.Level) bool { return true }
+func (h errCapture) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h errCapture) WithGroup(string) slog.Handler            { return h }
+func (h errCapture) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "err" {
+			select {
+			case h.errs <- a.Value.String():
+			default:
+			}
+		}
+		return true
+	})
+	return nil
+}
+
+// A follower restarted in process opens with an empty control state that
+// raft then replays: its copies stay on disk through it (nothing is
+// removed before the state is back), and the streams resume them where
+// they ended.
+func TestRestartKeepsCopies(t *testing.T) {
+	nodes := startRestartable(t)
+	owner := declareVia(t, nodes, "n2", appliance.QueueConfig{Name: "kept", Partitions: 2})
+	publishBodies(t, owner.broker, "kept", "before", 200)
+	copiesMatch(t, nodes, "kept")
+	a := owner.cluster.Node().State().Assignments["kept"][0]
+	f := nodes[a.Followers[0]]
+	ends := map[int]uint64{}
+	for part := range 2 {
+		l, ok := f.cluster.Follower().Log("kept", part)
+		if !ok {
+			t.Fatalf("%s has no copy of kept/%d", f.id, part)
+		}
+		ends[part] = l.WrittenNext()
+	}
+	f.restart(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	select {
+	case <-f.cluster.Node().Replayed():
+	case <-ctx.Done():
+		t.Fatal("the restarted node's state did not replay")
+	}
+	publishBodies(t, owner.broker, "kept", "after", 100)
+	copiesMatch(t, nodes, "kept")
+	for part, end := range ends {
+		l, _ := f.cluster.Follower().Log("kept", part)
+		if l.Head() != 0 || l.WrittenNext() <= end {
+			t.Fatalf("kept/%d on %s after the restart: head %d, end %d (was %d)", part, f.id, l.Head(), l.WrittenNext(), end)
+		}
+	}
+	if gone := f.removed.under("replicas"); len(gone) != 0 {
+		t.Fatalf("%s removed %v across its restart", f.id, gone)
+	}
+}
+
+// A queue only this node's broker has (a dead-letter queue lives on its
+// owner only) is deleted from the broker; a queue nobody has is not found.
+func TestDeleteLocalOnlyQueue(t *testing.T) {
+	nodes := startNodes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n := nodes["n2"]
+	if _, err := n.broker.Declare(ctx, appliance.QueueConfig{Name: "local-dlq"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.cluster.DeleteQueue(ctx, "local-dlq"); err != nil {
+		t.Fatalf("delete a queue only n2's broker has: %v", err)
+	}
+	if _, err := n.broker.QueueInfo("local-dlq"); !errors.Is(err, appliance.ErrNotFound) {
+		t.Fatalf("after the delete n2's broker answers %v, want not found", err)
+	}
+	if err := n.cluster.DeleteQueue(ctx, "nowhere"); !errors.Is(err, appliance.ErrNotFound) {
+		t.Fatalf("delete an unknown queue: %v, want not found", err)
+	}
+}
