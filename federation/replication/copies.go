@@ -111,8 +111,11 @@ func (f *Follower) attach(h Hello, c net.Conn) (*replica, chan struct{}, error) 
 				f.mu.Unlock()
 				return nil, nil, fmt.Errorf("%w: %s", ErrNotKept, id)
 			}
+			// No tail cache: nothing reads a copy while it follows (part 2's
+			// recovery reads it once), and a node may follow many partitions.
 			log, err := wal.Open(f.copyDir(id), wal.Options{FS: f.opts.FS, SegmentSize: f.opts.SegmentSize,
-				BackgroundSyncInterval: f.opts.BackgroundSyncInterval, Logger: f.opts.Logger.With("replica", key)})
+				TailCacheBytes: -1, BackgroundSyncInterval: f.opts.BackgroundSyncInterval,
+				Logger: f.opts.Logger.With("replica", key)})
 			if err != nil {
 				f.mu.Unlock()
 				return nil, nil, fmt.Errorf("open replica %s: %w", id, err)
