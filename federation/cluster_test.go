@@ -187,23 +187,7 @@ func TestClusterReplicatesBothModes(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer sub.Close()
-			var wg sync.WaitGroup
-			errs := make(chan error, perQueue)
-			for i := range perQueue {
-				wg.Add(1)
-				owner.broker.PublishAsync(q.cfg.Name, appliance.Message{Key: fmt.Sprint(i % 16), Body: []byte(fmt.Sprintf("m-%d", i))},
-					func(_ appliance.Confirm, err error) {
-						if err != nil {
-							errs <- err
-						}
-						wg.Done()
-					})
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatalf("publish: %v", err)
-			}
+			publishN(t, owner.broker, q.cfg.Name, perQueue)
 			await.Until(t, ctx, "every message delivered", func() bool { return got.Load() >= perQueue })
 			if v := above.Load(); v != nil {
 				t.Fatal(v)

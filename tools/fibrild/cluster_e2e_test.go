@@ -51,13 +51,8 @@ func TestClusterOfThreeProcesses(t *testing.T) {
 	cp := startClusterProcs(t, ctx)
 	ids, procs := cp.ids, cp.procs
 	clients := map[string]*client.Client{}
-	for id, p := range procs {
-		c, err := client.Dial(ctx, p.Addr, client.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		clients[id] = c
-		t.Cleanup(func() { c.Close() })
+	for id := range procs {
+		clients[id] = cp.dial(t, ctx, id)
 	}
 	// The cluster places copies on the members it has: wait for all three.
 	var v federation.View
@@ -218,6 +213,18 @@ func (cp *clusterProcs) start(t *testing.T, ctx context.Context, id string) *fib
 	cp.procs[id] = p
 	t.Cleanup(p.Kill)
 	return p
+}
+
+// dial connects a client to node id as it runs now, closed at the end of
+// the test.
+func (cp *clusterProcs) dial(t *testing.T, ctx context.Context, id string) *client.Client {
+	t.Helper()
+	c, err := client.Dial(ctx, cp.procs[id].Addr, client.Options{})
+	if err != nil {
+		t.Fatalf("dial %s: %v", id, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // waitView polls GET /api/cluster at admin into v until ready holds.

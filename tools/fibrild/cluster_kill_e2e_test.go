@@ -32,15 +32,7 @@ func TestClusterSurvivesKills(t *testing.T) {
 	cp := startClusterProcs(t, ctx)
 	var v federation.View
 	waitView(t, ctx, cp.procs["n1"].Admin, &v, func() bool { return len(v.Members) == 3 && v.Leader != "" })
-	dial := func(id string) *client.Client {
-		t.Helper()
-		c, err := client.Dial(ctx, cp.procs[id].Addr, client.Options{})
-		if err != nil {
-			t.Fatalf("dial %s: %v", id, err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	dial := func(id string) *client.Client { return cp.dial(t, ctx, id) }
 	if _, err := dial("n1").DeclareQueue(ctx, client.Queue("ledger").Durable()); err != nil {
 		t.Fatal(err)
 	}
@@ -168,15 +160,7 @@ func TestClusterLeaderKill(t *testing.T) {
 			survivors = append(survivors, id)
 		}
 	}
-	dial := func(id string) *client.Client {
-		t.Helper()
-		c, err := client.Dial(ctx, cp.procs[id].Addr, client.Options{})
-		if err != nil {
-			t.Fatalf("dial %s: %v", id, err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	dial := func(id string) *client.Client { return cp.dial(t, ctx, id) }
 	if _, err := dial(survivors[0]).DeclareQueue(ctx, client.Queue("events").Buffered().Partitions(3)); err != nil {
 		t.Fatalf("declare through %s: %v", survivors[0], err)
 	}
