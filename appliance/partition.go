@@ -51,9 +51,10 @@ type partition struct {
 	count, bytes atomic.Int64 // mirrors st.count and st.bytes for lock-free limit checks
 	dirty        atomic.Bool  // applied since the last checkpoint
 
-	kick    chan struct{}
-	closing chan struct{}
-	wg      sync.WaitGroup
+	kick      chan struct{}
+	closing   chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
 }
 
 type pendingAppend struct {
@@ -129,7 +130,16 @@ func (p *partition) submit(entries []wal.Entry, done func(wal.AppendResult, erro
 	default:
 	}
 	c := p.log.AppendAsync(entries, p.dur)
-	p.applyCh <- pendingAppend{c: c, entries: entries, done: done}
+	select {
+	case p.applyCh <- pendingAppend{c: c, entries: entries, done: done}:
+	case <-p.closing:
+		// The applier may be held at the replica gate with the channel
+		// full; closing ends that wait. What this append wrote is applied
+		// when the log is replayed at the next open.
+		if done != nil {
+			done(wal.AppendResult{}, ErrClosed)
+		}
+	}
 }
 
 func (p *partition) runApplier() {
@@ -476,14 +486,15 @@ func (p *partition) takeOldest() (uint64, int64, bool) {
 // close stops the goroutines once every append handed over is applied.
 func (p *partition) close() {
 	p.closeBatches()
-	p.submitMu.Lock()
-	select {
-	case <-p.closing:
-		p.submitMu.Unlock()
+	first := false
+	// closing first, without submitMu: a submit holding it may be blocked
+	// on a full applyCh while the applier waits at the replica gate, and
+	// closing releases both.
+	p.closeOnce.Do(func() { close(p.closing); first = true })
+	if !first {
 		return
-	default:
 	}
-	close(p.closing)
+	p.submitMu.Lock()
 	close(p.applyCh)
 	p.submitMu.Unlock()
 	p.wg.Wait()
