@@ -17,10 +17,10 @@ import (
 // on the owner, released without counting a delivery (as a local
 // subscription's close releases it).
 func TestConsumeThroughAnyNode(t *testing.T) {
-	nodes := startNodes(t)
+	nodes := startNodes(t, 3, nodeOptions{clients: true})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	owner := declareOn(t, nodes, "n1", appliance.QueueConfig{Name: "jobs", Partitions: 2}, "")
+	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "jobs", Partitions: 2}, "")
 	var through *clusterNode
 	for _, n := range nodes {
 		if n != owner {
@@ -28,7 +28,7 @@ func TestConsumeThroughAnyNode(t *testing.T) {
 			break
 		}
 	}
-	cl, err := client.Dial(ctx, through.addr, client.Options{})
+	cl, err := client.Dial(ctx, through.clientAddr, client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestConsumeThroughAnyNode(t *testing.T) {
 	cons.Close()
 	// Closing the proxied consumer released its unsettled deliveries on the
 	// owner: a consumer there gets exactly those.
-	direct, err := client.Dial(ctx, owner.addr, client.Options{})
+	direct, err := client.Dial(ctx, owner.clientAddr, client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,232 +5,34 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/federation/replication"
 	"github.com/fibril-edge/fibril/internal/await"
-	"github.com/fibril-edge/fibril/internal/waltest"
 	"github.com/fibril-edge/fibril/wal"
 )
-
-// removals records every recursive removal on a node's copies' FS.
-type removals struct {
-	mu    sync.Mutex
-	paths []string
-}
-
-func (r *removals) MaybeError(op errorfs.Op) error {
-	if op.Kind == errorfs.OpRemoveAll {
-		r.mu.Lock()
-		r.paths = append(r.paths, op.Path)
-		r.mu.Unlock()
-	}
-	return nil
-}
-
-func (r *removals) String() string { return "removals" }
-
-// under lists the removals of paths below dir.
-func (r *removals) under(dir string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for _, p := range r.paths {
-		if strings.HasPrefix(p, dir) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// restartable is a cluster node that can be closed and opened again on
-// the same raft directory, cluster address and in-memory FS.
-type restartable struct {
-	id, raftDir, addr string
-	peers             []Peer
-	fs                vfs.FS
-	removed           *removals
-	cluster           *Cluster
-	broker            *appliance.Broker
-}
-
-func (n *restartable) open(t *testing.T, ln net.Listener) {
-	t.Helper()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c, err := OpenCluster(ClusterOptions{
-		Node: Options{ID: n.id, Dir: n.raftDir, Listener: ln, Listen: n.addr, Peers: n.peers,
-			Bootstrap: true, ElectionTimeout: testElection, Logger: quiet},
-		ReplicaDir: "replicas", ReplicaFS: errorfs.Wrap(n.fs, n.removed), ReplicaSegmentSize: 1 << 20,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := appliance.Open(appliance.Options{DataDir: "data", FS: n.fs, Logger: quiet, SegmentSize: 1 << 20,
-		MinFreeBytes: -1, Replication: c})
-	if err != nil {
-		c.Close()
-		t.Fatal(err)
-	}
-	c.Bind(b)
-	n.cluster, n.broker = c, b
-}
-
-func (n *restartable) close() {
-	if n.cluster == nil {
-		return
-	}
-	n.broker.Close()
-	n.cluster.Close()
-	n.cluster, n.broker = nil, nil
-}
-
-// restart closes the node and opens it again where it was.
-func (n *restartable) restart(t *testing.T) {
-	t.Helper()
-	n.close()
-	ln, err := net.Listen("tcp", n.addr)
-	if err != nil {
-		t.Fatalf("listen again on %s: %v", n.addr, err)
-	}
-	n.open(t, ln)
-}
-
-// startRestartable runs three cluster nodes in one process, each on its
-// own in-memory FS for queues and copies, all of it kept across restarts.
-func startRestartable(t *testing.T) map[string]*restartable {
-	t.Helper()
-	ids := []string{"n1", "n2", "n3"}
-	lns := map[string]net.Listener{}
-	nodes := map[string]*restartable{}
-	for _, id := range ids {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns[id] = ln
-		nodes[id] = &restartable{id: id, raftDir: t.TempDir(), addr: ln.Addr().String(), fs: vfs.NewMem(), removed: &removals{}}
-	}
-	for _, n := range nodes {
-		for _, o := range ids {
-			if o != n.id {
-				n.peers = append(n.peers, Peer{ID: o, Addr: nodes[o].addr})
-			}
-		}
-	}
-	t.Cleanup(func() {
-		for _, n := range nodes {
-			n.close()
-		}
-	})
-	for _, id := range ids {
-		nodes[id].open(t, lns[id])
-	}
-	for id, n := range nodes {
-		await.Within(t, 30*time.Second, id+" to see 3 members", func() bool {
-			return len(n.cluster.Node().State().Members) == 3
-		})
-	}
-	return nodes
-}
-
-// declareVia declares through a node and returns the owner once its
-// gates are set.
-func declareVia(t *testing.T, nodes map[string]*restartable, via string, cfg appliance.QueueConfig) *restartable {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, _, err := nodes[via].cluster.DeclarePolicy(ctx, cfg, ""); err != nil {
-		t.Fatalf("declare %s: %v", cfg.Name, err)
-	}
-	owner := nodes[nodes[via].cluster.Node().State().Assignments[cfg.Name][0].Owner]
-	await.Within(t, 30*time.Second, owner.id+" to serve "+cfg.Name, func() bool {
-		for part := range cfg.WithDefaults().Partitions {
-			if _, ok := owner.cluster.Gate(cfg.Name, part); !ok {
-				return false
-			}
-		}
-		return true
-	})
-	return owner
-}
-
-// publishBodies publishes n messages with bodies prefix-i and waits for
-// every confirm.
-func publishBodies(t *testing.T, b *appliance.Broker, queue, prefix string, n int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for i := range n {
-		if _, err := b.Publish(ctx, queue, appliance.Message{Key: fmt.Sprint(i % 8), Body: []byte(fmt.Sprintf("%s-%d", prefix, i))}); err != nil {
-			t.Fatalf("publish to %s: %v", queue, err)
-		}
-	}
-}
-
-// copiesMatch waits until every follower's copy of every partition of
-// queue holds the owner's log, compares them record for record, and
-// returns the copies' records.
-func copiesMatch(t *testing.T, nodes map[string]*restartable, queue string) [][]wal.Record {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st := nodes["n1"].cluster.Node().State()
-	var all [][]wal.Record
-	for _, a := range st.Assignments[queue] {
-		owner := nodes[a.Owner]
-		ol, ok := owner.cluster.OwnerLog(queue, a.Partition)
-		if !ok {
-			t.Fatalf("%s does not serve %s/%d", a.Owner, queue, a.Partition)
-		}
-		end := ol.WrittenNext()
-		want := waltest.Records(t, ol, end)
-		for _, f := range a.Followers {
-			var fl *wal.Log
-			await.Until(t, ctx, fmt.Sprintf("%s's copy of %s/%d to reach %d", f, queue, a.Partition, end), func() bool {
-				l, ok := nodes[f].cluster.Follower().Log(queue, a.Partition)
-				fl = l
-				return ok && l.WrittenNext() >= end
-			})
-			if fl.WrittenNext() != end {
-				t.Fatalf("%s's copy of %s/%d ends at %d, the owner's log at %d", f, queue, a.Partition, fl.WrittenNext(), end)
-			}
-			have := waltest.Records(t, fl, end)
-			for i := range want {
-				if want[i].Offset != have[i].Offset || want[i].Type != have[i].Type || !bytes.Equal(want[i].Payload, have[i].Payload) {
-					t.Fatalf("%s/%d record %d differs on %s", queue, a.Partition, i, f)
-				}
-			}
-			all = append(all, have)
-		}
-	}
-	return all
-}
 
 // A queue deleted through a node that does not serve it leaves every
 // node's state, its owner's broker and every follower's disk; declared
 // again under the same name (in the other mode) it starts from nothing,
 // and its new copies hold the new queue's records only.
 func TestDeleteAndRedeclare(t *testing.T) {
-	nodes := startRestartable(t)
+	nodes := startNodes(t, 3, nodeOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	owner := declareVia(t, nodes, "n1", appliance.QueueConfig{Name: "del", Partitions: 2})
-	publishBodies(t, owner.broker, "del", "old", 300)
-	copiesMatch(t, nodes, "del")
+	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "del", Partitions: 2}, "")
+	publishN(t, owner.broker, "del", "old", 300)
+	nodes.copiesMatch(t, "del", (*wal.Log).WrittenNext)
 	st := owner.cluster.Node().State()
 	inc := st.Queues["del"].Incarnation
 	type copyRef struct {
-		node *restartable
+		node *clusterNode
 		part int
 		log  *wal.Log
 	}
@@ -241,7 +43,7 @@ func TestDeleteAndRedeclare(t *testing.T) {
 			copies = append(copies, copyRef{nodes[f], a.Partition, l})
 		}
 	}
-	var via *restartable
+	var via *clusterNode
 	for _, n := range nodes {
 		if n != owner {
 			via = n
@@ -282,12 +84,12 @@ func TestDeleteAndRedeclare(t *testing.T) {
 	}
 
 	// The same name again, in the other mode.
-	owner = declareVia(t, nodes, via.id, appliance.QueueConfig{Name: "del", Durability: appliance.Durable, Partitions: 1})
+	owner = nodes.declare(t, via.id, appliance.QueueConfig{Name: "del", Durability: appliance.Durable, Partitions: 1}, "")
 	if again := owner.cluster.Node().State().Queues["del"].Incarnation; again <= inc {
 		t.Fatalf("re-declared incarnation %d, the first was %d", again, inc)
 	}
-	publishBodies(t, owner.broker, "del", "new", 100)
-	for _, recs := range copiesMatch(t, nodes, "del") {
+	publishN(t, owner.broker, "del", "new", 100)
+	for _, recs := range nodes.copiesMatch(t, "del", (*wal.Log).WrittenNext) {
 		if len(recs) == 0 {
 			t.Fatal("an empty copy of the new queue")
 		}
@@ -313,8 +115,8 @@ func TestDeleteAndRedeclare(t *testing.T) {
 // A follower accepts a stream only from the partition's owner, for a
 // partition it follows, of the queue's current incarnation.
 func TestFollowerRefusesUnassignedStreams(t *testing.T) {
-	nodes := startRestartable(t)
-	owner := declareVia(t, nodes, "n1", appliance.QueueConfig{Name: "guarded"})
+	nodes := startNodes(t, 3, nodeOptions{})
+	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "guarded"}, "")
 	a := owner.cluster.Node().State().Assignments["guarded"][0]
 	follower, bystander := nodes[a.Followers[0]], nodes[a.Followers[1]]
 	ask := func(h replication.Hello) error {
@@ -359,7 +161,7 @@ func TestFollowerRefusesUnassignedStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ol.Close()
-	s := replication.StartSender(replication.SenderOptions{Hello: impostor, Follower: follower.id, Addr: follower.addr,
+	s := replication.StartSender(replication.SenderOptions{Hello: impostor, Follower: follower.id, Addr: follower.clusterAddr,
 		Dial: bystander.cluster.Node().DialReplica, Log: ol, Gate: replication.NewGate(replication.Written, 1, nil),
 		Logger: slog.New(errCapture{refused})})
 	defer s.Close()
@@ -401,10 +203,10 @@ func (h errCapture) Handle(_ context.Context, r slog.Record) error {
 // removed before the state is back), and the streams resume them where
 // they ended.
 func TestRestartKeepsCopies(t *testing.T) {
-	nodes := startRestartable(t)
-	owner := declareVia(t, nodes, "n2", appliance.QueueConfig{Name: "kept", Partitions: 2})
-	publishBodies(t, owner.broker, "kept", "before", 200)
-	copiesMatch(t, nodes, "kept")
+	nodes := startNodes(t, 3, nodeOptions{})
+	owner := nodes.declare(t, "n2", appliance.QueueConfig{Name: "kept", Partitions: 2}, "")
+	publishN(t, owner.broker, "kept", "before", 200)
+	nodes.copiesMatch(t, "kept", (*wal.Log).WrittenNext)
 	a := owner.cluster.Node().State().Assignments["kept"][0]
 	f := nodes[a.Followers[0]]
 	ends := map[int]uint64{}
@@ -423,8 +225,8 @@ func TestRestartKeepsCopies(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the restarted node's state did not replay")
 	}
-	publishBodies(t, owner.broker, "kept", "after", 100)
-	copiesMatch(t, nodes, "kept")
+	publishN(t, owner.broker, "kept", "after", 100)
+	nodes.copiesMatch(t, "kept", (*wal.Log).WrittenNext)
 	for part, end := range ends {
 		l, _ := f.cluster.Follower().Log("kept", part)
 		if l.Head() != 0 || l.WrittenNext() <= end {
@@ -439,7 +241,7 @@ func TestRestartKeepsCopies(t *testing.T) {
 // A queue only this node's broker has (a dead-letter queue lives on its
 // owner only) is deleted from the broker; a queue nobody has is not found.
 func TestDeleteLocalOnlyQueue(t *testing.T) {
-	nodes := startNodes(t)
+	nodes := startNodes(t, 3, nodeOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	n := nodes["n2"]
