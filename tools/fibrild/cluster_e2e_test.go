@@ -54,9 +54,6 @@ func TestClusterOfThreeProcesses(t *testing.T) {
 	for id := range procs {
 		clients[id] = cp.dial(t, ctx, id)
 	}
-	// The cluster places copies on the members it has: wait for all three.
-	var v federation.View
-	waitView(t, ctx, procs["n1"].Admin, &v, func() bool { return len(v.Members) == 3 && v.Leader != "" })
 	res, err := clients["n1"].DeclareQueue(ctx, client.Queue("orders").Durable().Partitions(2))
 	if err != nil {
 		t.Fatalf("declare through n1: %v\n%s", err, procs["n1"].Log())
@@ -172,13 +169,16 @@ func TestClusterOfThreeProcesses(t *testing.T) {
 // clusterProcs is a cluster of three fibrild processes on loopback, each
 // restartable on its own data directory.
 type clusterProcs struct {
-	ids   []string
-	opts  map[string]fibrildproc.Options
-	procs map[string]*fibrildproc.Process
+	// leader is the raft leader when the cluster had formed.
+	leader string
+	ids    []string
+	opts   map[string]fibrildproc.Options
+	procs  map[string]*fibrildproc.Process
 }
 
 // startClusterProcs starts n1, n2 and n3, each bootstrapping with the
-// other two as peers.
+// other two as peers, and returns once n1 lists all three and a leader (the
+// cluster places copies on the members it has).
 func startClusterProcs(t *testing.T, ctx context.Context) *clusterProcs {
 	t.Helper()
 	bin := buildDaemon(t)
@@ -200,6 +200,9 @@ func startClusterProcs(t *testing.T, ctx context.Context) *clusterProcs {
 				"--cluster.bootstrap", "true"}}
 		cp.start(t, ctx, id)
 	}
+	var v federation.View
+	waitView(t, ctx, cp.procs["n1"].Admin, &v, func() bool { return len(v.Members) == 3 && v.Leader != "" })
+	cp.leader = v.Leader
 	return cp
 }
 
