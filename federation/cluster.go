@@ -134,9 +134,15 @@ func (c *Cluster) syncQueues() {
 				c.log.Error("cannot delete a queue the cluster no longer has", "queue", name, "err", err)
 			}
 		}
-		for name := range st.Queues {
-			if err := c.serve(st, name); err != nil {
-				c.log.Error("cannot open a queue placed on this node", "queue", name, "err", err)
+		// Dead-letter queues first: a queue may reject a message at once.
+		for _, deadLetters := range []bool{true, false} {
+			for name := range st.Queues {
+				if st.IsDeadLetter(name) != deadLetters {
+					continue
+				}
+				if err := c.serve(st, name); err != nil {
+					c.log.Error("cannot open a queue placed on this node", "queue", name, "err", err)
+				}
 			}
 		}
 		select {
@@ -262,7 +268,14 @@ func (c *Cluster) DeclarePolicy(ctx context.Context, cfg appliance.QueueConfig, 
 	if err != nil {
 		return q, created, err
 	}
-	return q, created, c.serve(c.node.State(), cfg.Name)
+	st := c.node.State()
+	// The dead-letter queue first: the queue may reject a message at once.
+	if dl := q.Config.DeadLetter; dl != "" {
+		if err := c.serve(st, dl); err != nil {
+			return q, created, err
+		}
+	}
+	return q, created, c.serve(st, cfg.Name)
 }
 
 // JoinVia asks the cluster reachable at peer's cluster port to admit

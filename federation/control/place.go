@@ -26,12 +26,17 @@ import (
 // partitions (every partition of a queue has the same owner in part 1, so
 // a node serves a queue whole), each partition's followers are those
 // hosting the fewest replicas.
-func (s *State) place(queue string, partitions, replicas int, p Policy) []Assignment {
+//
+// owner, when not empty, is the owner to use instead (a queue and its
+// dead-letter queue share a node: see colocate).
+func (s *State) place(queue string, partitions, replicas int, p Policy, owner string) []Assignment {
 	owned, hosted := s.load()
 	ids := slices.Collect(maps.Keys(s.Members))
 	byLoad(ids, owned)
-	owner := ids[0]
-	others := ids[1:]
+	if owner == "" {
+		owner = ids[0]
+	}
+	others := slices.DeleteFunc(ids, func(id string) bool { return id == owner })
 	out := make([]Assignment, partitions)
 	for part := range out {
 		byLoad(others, hosted)

@@ -207,8 +207,13 @@ func (s *State) declare(c appliance.QueueConfig, p Policy, warnings []string) (Q
 		if !p.IsZero() && p != q.Policy {
 			return Queue{}, false, fmt.Errorf("%w: queue %s has policy %s, not %s", appliance.ErrConflict, c.Name, q.Policy, p)
 		}
+		owner := s.Assignments[c.Name][0].Owner
+		if err := s.colocate(merged, owner); err != nil {
+			return Queue{}, false, err
+		}
 		q.Config = merged
 		s.Queues[c.Name] = q
+		s.declareDeadLetter(merged, owner)
 		return q, false, nil
 	}
 	if c.Durability == appliance.DurabilityUnspecified {
@@ -229,11 +234,72 @@ func (s *State) declare(c appliance.QueueConfig, p Policy, warnings []string) (Q
 	}
 	q := Queue{Config: c, Policy: p, Warnings: warnings, DefaultPolicy: defaulted, Incarnation: s.Applied}
 	s.Queues[c.Name] = q
-	s.Assignments[c.Name] = s.place(c.Name, c.Partitions, replicas, p)
+	s.Assignments[c.Name] = s.place(c.Name, c.Partitions, replicas, p, s.ownerOf(c.DeadLetter))
 	for i := range s.Assignments[c.Name] {
 		s.Assignments[c.Name][i].Incarnation = q.Incarnation
 	}
+	s.declareDeadLetter(c, s.Assignments[c.Name][0].Owner)
 	return q, true, nil
+}
+
+// A queue and its dead-letter queue share an owner: the owner's broker
+// copies a rejected message into the dead-letter queue itself, through
+// its gate, so the copy is replicated like any publish. A new queue is
+// placed on its dead-letter queue's owner; a dead-letter queue not
+// declared yet is declared with the queue, on its owner, in its mode, with
+// the default policy.
+
+// ownerOf is a queue's owner, "" when the queue is not declared.
+func (s *State) ownerOf(queue string) string {
+	if as := s.Assignments[queue]; len(as) > 0 {
+		return as[0].Owner
+	}
+	return ""
+}
+
+// IsDeadLetter reports whether some queue names queue as its dead-letter
+// queue.
+func (s *State) IsDeadLetter(queue string) bool {
+	for _, q := range s.Queues {
+		if q.Config.DeadLetter == queue {
+			return true
+		}
+	}
+	return false
+}
+
+// colocate refuses to give a queue owned by owner a dead-letter queue
+// another node owns.
+func (s *State) colocate(c appliance.QueueConfig, owner string) error {
+	if dl := s.ownerOf(c.DeadLetter); dl != "" && dl != owner {
+		return fmt.Errorf("%w: queue %s is served by node %s and its dead-letter queue %s by node %s: a queue and its dead-letter queue share a node",
+			appliance.ErrConflict, c.Name, owner, c.DeadLetter, dl)
+	}
+	return nil
+}
+
+// declareDeadLetter declares c's dead-letter queue on owner when it is
+// not declared yet.
+func (s *State) declareDeadLetter(c appliance.QueueConfig, owner string) {
+	name := c.DeadLetter
+	if name == "" || name == c.Name {
+		return
+	}
+	if _, ok := s.Queues[name]; ok {
+		return
+	}
+	dc := appliance.QueueConfig{Name: name, Durability: c.Durability}.WithDefaults()
+	replicas := s.replicas()
+	p := defaultPolicy(dc.Durability, replicas)
+	var warnings []string
+	if dc.Durability == appliance.Buffered {
+		warnings = append(warnings, appliance.BufferedWarning)
+	}
+	s.Queues[name] = Queue{Config: dc, Policy: p, Warnings: warnings, DefaultPolicy: true, Incarnation: s.Applied}
+	s.Assignments[name] = s.place(name, dc.Partitions, replicas, p, owner)
+	for i := range s.Assignments[name] {
+		s.Assignments[name][i].Incarnation = s.Applied
+	}
 }
 
 // defaultPolicy is the policy of a queue declared without one: a majority
