@@ -135,9 +135,10 @@ func (c *Cluster) syncQueues() {
 			}
 		}
 		// Dead-letter queues first: a queue may reject a message at once.
+		isDeadLetter := st.DeadLetterQueues()
 		for _, deadLetters := range []bool{true, false} {
 			for name := range st.Queues {
-				if st.IsDeadLetter(name) != deadLetters {
+				if isDeadLetter[name] != deadLetters {
 					continue
 				}
 				if err := c.serve(st, name); err != nil {

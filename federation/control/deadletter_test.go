@@ -30,8 +30,8 @@ func TestDeadLetterSharesTheOwner(t *testing.T) {
 	if got := s.Assignments["rejects"][0]; got.Owner != owner || len(got.Followers) != 2 || got.Incarnation != s.Queues["orders"].Incarnation {
 		t.Fatalf("rejects placed %+v; orders is owned by %s", got, owner)
 	}
-	if !s.IsDeadLetter("rejects") || s.IsDeadLetter("orders") {
-		t.Fatal("IsDeadLetter names the wrong queue")
+	if dls := s.DeadLetterQueues(); !dls["rejects"] || dls["orders"] {
+		t.Fatalf("dead-letter queues %v, want rejects only", dls)
 	}
 
 	// A second queue on the same dead-letter queue goes to its owner,

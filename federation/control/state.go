@@ -257,15 +257,16 @@ func (s *State) ownerOf(queue string) string {
 	return ""
 }
 
-// IsDeadLetter reports whether some queue names queue as its dead-letter
-// queue.
-func (s *State) IsDeadLetter(queue string) bool {
+// DeadLetterQueues is the set of queues some queue names as its
+// dead-letter queue.
+func (s *State) DeadLetterQueues() map[string]bool {
+	out := map[string]bool{}
 	for _, q := range s.Queues {
-		if q.Config.DeadLetter == queue {
-			return true
+		if dl := q.Config.DeadLetter; dl != "" {
+			out[dl] = true
 		}
 	}
-	return false
+	return out
 }
 
 // colocate refuses to give a queue owned by owner a dead-letter queue
