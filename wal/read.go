@@ -68,14 +68,19 @@ func (l *Log) read(from, limit uint64, maxBytes int) ([]Record, error) {
 			}
 			return nil, err
 		}
+		took := 0
 		for _, rec := range recs {
 			if !fits(len(rec.Payload)) {
-				return out, nil
+				break
 			}
 			out = append(out, rec)
 			total += len(rec.Payload)
-			o++
-			l.cacheMisses.Add(1)
+			took++
+		}
+		o += uint64(took)
+		l.cacheMisses.Add(uint64(took))
+		if took < len(recs) {
+			return out, nil
 		}
 		if len(recs) == 0 || total >= maxBytes {
 			break
