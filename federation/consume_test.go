@@ -21,18 +21,8 @@ func TestConsumeThroughAnyNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "jobs", Partitions: 2}, "")
-	var through *clusterNode
-	for _, n := range nodes {
-		if n != owner {
-			through = n
-			break
-		}
-	}
-	cl, err := client.Dial(ctx, through.clientAddr, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	through := nodes.other(owner)
+	cl := through.dial(t, ctx)
 	const total, kept = 300, 20
 	for i := range total {
 		if _, err := cl.Publish(ctx, "jobs", client.Message{Key: fmt.Sprint(i % 4), Body: []byte(fmt.Sprint(i))}); err != nil {
@@ -79,12 +69,7 @@ func TestConsumeThroughAnyNode(t *testing.T) {
 	cons.Close()
 	// Closing the proxied consumer released its unsettled deliveries on the
 	// owner: a consumer there gets exactly those.
-	direct, err := client.Dial(ctx, owner.clientAddr, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer direct.Close()
-	again, err := direct.Consume(ctx, "jobs", 50)
+	again, err := owner.dial(t, ctx).Consume(ctx, "jobs", 50)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/fibril-edge/fibril/appliance"
-	"github.com/fibril-edge/fibril/appliance/client"
 	"github.com/fibril-edge/fibril/internal/await"
 	"github.com/fibril-edge/fibril/wal"
 )
@@ -54,19 +53,8 @@ func TestDeadLetterReplicated(t *testing.T) {
 	})
 	nodes.copiesMatch(t, "rejects", (*wal.Log).DurableNext)
 
-	var through *clusterNode
-	for _, nd := range nodes {
-		if nd != owner {
-			through = nd
-			break
-		}
-	}
-	cl, err := client.Dial(ctx, through.clientAddr, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	cons, err := cl.Consume(ctx, "rejects", n)
+	through := nodes.other(owner)
+	cons, err := through.dial(t, ctx).Consume(ctx, "rejects", n)
 	if err != nil {
 		t.Fatalf("consume rejects through %s: %v", through.id, err)
 	}

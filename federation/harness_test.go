@@ -22,6 +22,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/appliance/client"
 	"github.com/fibril-edge/fibril/appliance/server"
 	"github.com/fibril-edge/fibril/federation/control"
 	"github.com/fibril-edge/fibril/internal/await"
@@ -435,4 +436,26 @@ func (c testCluster) assignments(t *testing.T, queue string) []control.Assignmen
 	}
 	t.Fatalf("no node lists assignments for %s", queue)
 	return nil
+}
+
+// other is a node that is not n, the first by id.
+func (c testCluster) other(n *clusterNode) *clusterNode {
+	for _, id := range slices.Sorted(maps.Keys(c)) {
+		if c[id] != n {
+			return c[id]
+		}
+	}
+	return nil
+}
+
+// dial connects a client to n's client listener (nodeOptions.clients),
+// closed at the end of the test.
+func (n *clusterNode) dial(t *testing.T, ctx context.Context) *client.Client {
+	t.Helper()
+	cl, err := client.Dial(ctx, n.clientAddr, client.Options{})
+	if err != nil {
+		t.Fatalf("dial %s: %v", n.id, err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
 }
