@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/fibril-edge/fibril/internal/pebblesched"
 )
 
 // metaStore keeps declarations, runtime settings and partition snapshots in
@@ -43,7 +44,7 @@ func openMeta(dir string, fs vfs.FS) (*metaStore, error) {
 	// Pebble's default compaction scheduler ticks every 100 ms for ever. This
 	// one (pebble's own, without the ticker) grants compactions when asked
 	// and when one finishes, so an idle broker does not wake.
-	opts.Experimental.CompactionScheduler = pebble.NewConcurrencyLimitSchedulerWithNoPeriodicGrantingForTest()
+	opts.Experimental.CompactionScheduler = pebblesched.New()
 	opts.EnsureDefaults()
 	db, err := pebble.Open(dir, opts)
 	if err != nil {

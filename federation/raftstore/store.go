@@ -19,6 +19,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/fibril-edge/fibril/internal/pebblesched"
 	"github.com/hashicorp/raft"
 )
 
@@ -58,7 +59,7 @@ func Open(dir string, o Options) (*Store, error) {
 	}
 	defer opts.Cache.Unref()
 	// No periodic compaction ticker: an idle node does not wake.
-	opts.Experimental.CompactionScheduler = pebble.NewConcurrencyLimitSchedulerWithNoPeriodicGrantingForTest()
+	opts.Experimental.CompactionScheduler = pebblesched.New()
 	opts.EnsureDefaults()
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
