@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/appliance/admin"
 	"github.com/fibril-edge/fibril/federation/control"
 	"github.com/fibril-edge/fibril/internal/await"
 	"github.com/fibril-edge/fibril/wal"
@@ -116,7 +117,7 @@ func TestJoinersBecomeFollowers(t *testing.T) {
 }
 
 // partitionView finds one partition in a cluster view.
-func partitionView(t *testing.T, v View, queue string, partition int) PartitionView {
+func partitionView(t *testing.T, v admin.ClusterView, queue string, partition int) admin.ClusterPartition {
 	t.Helper()
 	for _, q := range v.Queues {
 		if q.Name != queue {
@@ -129,5 +130,5 @@ func partitionView(t *testing.T, v View, queue string, partition int) PartitionV
 		}
 	}
 	t.Fatalf("no %s/%d in the view %+v", queue, partition, v)
-	return PartitionView{}
+	return admin.ClusterPartition{}
 }

@@ -2,18 +2,16 @@ package admin
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/fibril-edge/fibril/bridge"
 )
 
 // bridgeCollector exports the NATS bridges' state and counters, read from
 // Options.Bridges at each scrape, labelled by bridge name. Without bridges
 // it exports nothing.
 type bridgeCollector struct {
-	stats func() []bridge.Stats // nil: no bridges
+	stats func() []BridgeStats // nil: no bridges
 }
 
-var bridgeStates = []string{bridge.StateStarting, bridge.StateConnected, bridge.StateReconnecting, bridge.StateStopped}
+var bridgeStates = []string{BridgeStarting, BridgeConnected, BridgeReconnecting, BridgeStopped}
 
 var (
 	descBridgeState = desc("fibril_bridge_state",
@@ -26,29 +24,29 @@ var (
 		"Core NATS messages the bridge gave up, by reason (the broker's error code, no_queue, shutdown).", "bridge", "reason")
 )
 
-// bridgeCounter is a counter read from bridge.Stats.
+// bridgeCounter is a counter read from BridgeStats.
 type bridgeCounter struct {
 	desc  *prometheus.Desc
-	value func(bridge.Stats) uint64
+	value func(BridgeStats) uint64
 }
 
 var bridgeCounters = []bridgeCounter{
 	{desc("fibril_bridge_reconnects_total", "NATS reconnects of the bridge.", "bridge"),
-		func(s bridge.Stats) uint64 { return s.Reconnects }},
+		func(s BridgeStats) uint64 { return s.Reconnects }},
 	{desc("fibril_bridge_received_total", "Messages the bridge's ingests took from NATS, JetStream redeliveries included.", "bridge"),
-		func(s bridge.Stats) uint64 { return s.Received }},
+		func(s BridgeStats) uint64 { return s.Received }},
 	{desc("fibril_bridge_published_total", "Ingested messages the broker confirmed, duplicates included.", "bridge"),
-		func(s bridge.Stats) uint64 { return s.Published }},
+		func(s BridgeStats) uint64 { return s.Published }},
 	{desc("fibril_bridge_duplicates_total", "Ingested messages the broker confirmed as repeats inside the queue's dedupe window.", "bridge"),
-		func(s bridge.Stats) uint64 { return s.Duplicates }},
+		func(s BridgeStats) uint64 { return s.Duplicates }},
 	{desc("fibril_bridge_retries_total", "Ingest publishes retried: the queue refused them or the broker connection was lost.", "bridge"),
-		func(s bridge.Stats) uint64 { return s.Retries }},
+		func(s BridgeStats) uint64 { return s.Retries }},
 	{desc("fibril_bridge_jetstream_acked_total", "JetStream messages acked after the broker confirmed them.", "bridge"),
-		func(s bridge.Stats) uint64 { return s.JetStreamAcked }},
+		func(s BridgeStats) uint64 { return s.JetStreamAcked }},
 	{desc("fibril_bridge_egressed_total", "Queue messages NATS accepted and the bridge then acked.", "bridge"),
-		func(s bridge.Stats) uint64 { return s.Egressed }},
+		func(s BridgeStats) uint64 { return s.Egressed }},
 	{desc("fibril_bridge_egress_failed_total", "Queue messages released for redelivery because NATS did not accept them.", "bridge"),
-		func(s bridge.Stats) uint64 { return s.EgressFailed }},
+		func(s BridgeStats) uint64 { return s.EgressFailed }},
 }
 
 // Describe implements prometheus.Collector.

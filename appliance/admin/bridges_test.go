@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"net/http"
 	"testing"
-
-	"github.com/fibril-edge/fibril/bridge"
 )
 
 // siteBridge is a bridge report as the daemon passes it in.
-func siteBridge() []bridge.Stats {
-	return []bridge.Stats{{Name: "site-nats", State: bridge.StateConnected, Published: 42, Duplicates: 2,
+func siteBridge() []BridgeStats {
+	return []BridgeStats{{Name: "site-nats", State: BridgeConnected, Published: 42, Duplicates: 2,
 		Dropped: map[string]uint64{"not_found": 3}, MissingQueues: []string{"temps"}, Blocked: true}}
 }
 

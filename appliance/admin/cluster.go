@@ -10,15 +10,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fibril-edge/fibril/appliance"
-	"github.com/fibril-edge/fibril/federation"
-	"github.com/fibril-edge/fibril/federation/control"
 )
 
 // ClusterOps changes the cluster from the admin API: declarations and
 // deletions go through the control plane (declarations with a replication
 // policy), and a node can be asked to join a cluster through a peer.
 type ClusterOps interface {
-	DeclarePolicy(ctx context.Context, c appliance.QueueConfig, policy string) (control.Queue, bool, error)
+	DeclarePolicy(ctx context.Context, c appliance.QueueConfig, policy string) (ClusterDeclaration, bool, error)
 	// DeleteQueue deletes a queue cluster-wide: its owner's broker and
 	// every follower's copies follow. An unknown queue is an error that
 	// matches appliance.ErrNotFound.
@@ -44,8 +42,8 @@ func (s *Server) declareInCluster(r *http.Request, cfg appliance.QueueConfig, po
 	}
 	owner, addr, _ := s.opts.ClusterOps.Owner(cfg.Name)
 	return status, map[string]any{"created": created, "queue": map[string]any{
-		"name": q.Config.Name, "durability": q.Config.Durability.String(), "partitions": q.Config.Partitions,
-		"policy": q.Policy.String(), "warnings": q.Warnings, "served_by": owner, "served_at": addr,
+		"name": q.Name, "durability": q.Durability, "partitions": q.Partitions,
+		"policy": q.Policy, "warnings": q.Warnings, "served_by": owner, "served_at": addr,
 	}}, nil
 }
 
@@ -83,18 +81,18 @@ func (s *Server) getCluster(*http.Request) (int, any, error) {
 	}
 	// Empty lists rather than null, without touching the caller's slices.
 	if v.Members == nil {
-		v.Members = []control.Member{}
+		v.Members = []Member{}
 	}
 	if v.Queues == nil {
-		v.Queues = []federation.QueueView{}
+		v.Queues = []ClusterQueue{}
 	}
 	return http.StatusOK, v, nil
 }
 
 // clusterView is Options.Cluster's answer; false on a solo node.
-func (s *Server) clusterView() (federation.View, bool) {
+func (s *Server) clusterView() (ClusterView, bool) {
 	if s.opts.Cluster == nil {
-		return federation.View{}, false
+		return ClusterView{}, false
 	}
 	return s.opts.Cluster()
 }
@@ -104,7 +102,7 @@ func (s *Server) clusterView() (federation.View, bool) {
 // visibility ceiling. It is registered only when Options.Cluster is set,
 // and exports nothing while Cluster answers false.
 type clusterCollector struct {
-	view func() (federation.View, bool)
+	view func() (ClusterView, bool)
 }
 
 var (

@@ -14,25 +14,23 @@ import (
 	"testing"
 
 	"github.com/fibril-edge/fibril/appliance"
-	"github.com/fibril-edge/fibril/federation"
-	"github.com/fibril-edge/fibril/federation/control"
 )
 
 // fakeCluster is a cluster view the daemon would pass in, changeable while
 // the server runs.
 type fakeCluster struct {
 	mu     sync.Mutex
-	view   federation.View
+	view   ClusterView
 	member bool
 }
 
-func (c *fakeCluster) get() (federation.View, bool) {
+func (c *fakeCluster) get() (ClusterView, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.view, c.member
 }
 
-func (c *fakeCluster) set(v federation.View, member bool) {
+func (c *fakeCluster) set(v ClusterView, member bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.view, c.member = v, member
@@ -41,29 +39,29 @@ func (c *fakeCluster) set(v federation.View, member bool) {
 // threeNodes is n1's view of a three-node cluster led by n1, owning one
 // partition of each queue: the durable queue's followers have reported
 // progress, written ahead of durable.
-func threeNodes() federation.View {
+func threeNodes() ClusterView {
 	ceiling := uint64(90)
-	return federation.View{
+	return ClusterView{
 		NodeID: "n1", Leader: "n1",
-		Members: []control.Member{
+		Members: []Member{
 			{ID: "n1", ClusterAddr: "127.0.0.1:7431", ClientAddr: "127.0.0.1:7420", Voter: true},
 			{ID: "n2", ClusterAddr: "127.0.0.1:7432", ClientAddr: "127.0.0.1:7422", Voter: true},
 			{ID: "n3", ClusterAddr: "127.0.0.1:7433", Voter: false},
 		},
-		Queues: []federation.QueueView{
+		Queues: []ClusterQueue{
 			{Name: "orders", Durability: "durable", Policy: "replica_durable:2",
-				Partitions: []federation.PartitionView{
+				Partitions: []ClusterPartition{
 					{Partition: 0, Owner: "n1", Followers: []string{"n2", "n3"}, Epoch: 3, Reads: "durable on 2 of 3",
-						Ceiling: &ceiling, Progress: map[string]federation.FollowerProgress{
+						Ceiling: &ceiling, Progress: map[string]CopyProgress{
 							"n2": {WrittenNext: 120, DurableNext: 90},
 							"n3": {WrittenNext: 110, DurableNext: 80},
 						}},
 					{Partition: 1, Owner: "n2", Followers: []string{"n1", "n3"}, Epoch: 1, Reads: "durable on 2 of 3"},
 				}},
 			{Name: "clicks", Durability: "buffered", Policy: "replica_buffered:1",
-				Partitions: []federation.PartitionView{
+				Partitions: []ClusterPartition{
 					{Partition: 0, Owner: "n1", Followers: []string{"n3"}, Epoch: 1, Reads: "written on 1 of 2",
-						Progress: map[string]federation.FollowerProgress{"n3": {WrittenNext: 7, DurableNext: 0}}},
+						Progress: map[string]CopyProgress{"n3": {WrittenNext: 7, DurableNext: 0}}},
 				}},
 		},
 	}
@@ -73,7 +71,7 @@ func threeNodes() federation.View {
 // Cluster func, or one that answers false), the view as JSON on a member,
 // behind the same auth as the rest of the API.
 func TestClusterAPI(t *testing.T) {
-	for _, opts := range []Options{{}, {Cluster: func() (federation.View, bool) { return federation.View{}, false }}} {
+	for _, opts := range []Options{{}, {Cluster: func() (ClusterView, bool) { return ClusterView{}, false }}} {
 		f := newFixture(t, opts)
 		e := f.do("GET", "/api/cluster", nil).wantError(t, http.StatusNotFound, "not_clustered")
 		if e.Error != "this node is not a cluster member" {
@@ -85,7 +83,7 @@ func TestClusterAPI(t *testing.T) {
 	f := newFixture(t, Options{Tokens: []string{"s3cret"}, Cluster: fc.get})
 	f.do("GET", "/api/cluster", nil).wantError(t, http.StatusUnauthorized, "unauthorized")
 	f.token = "s3cret"
-	var got federation.View
+	var got ClusterView
 	f.do("GET", "/api/cluster", nil).want(t, http.StatusOK, &got)
 	if want := threeNodes(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("GET /api/cluster:\ngot  %+v\nwant %+v", got, want)
@@ -104,7 +102,7 @@ func TestClusterAPI(t *testing.T) {
 	}
 
 	// A node that has joined but knows nothing yet answers lists, not null.
-	fc.set(federation.View{NodeID: "n1"}, true)
+	fc.set(ClusterView{NodeID: "n1"}, true)
 	r := f.do("GET", "/api/cluster", nil).want(t, http.StatusOK, nil)
 	for _, field := range []string{`"members": []`, `"queues": []`, `"leader": ""`} {
 		if !bytes.Contains(r.body, []byte(field)) {
@@ -113,7 +111,7 @@ func TestClusterAPI(t *testing.T) {
 	}
 
 	// Leaving the cluster: 404 again.
-	fc.set(federation.View{}, false)
+	fc.set(ClusterView{}, false)
 	f.do("GET", "/api/cluster", nil).wantError(t, http.StatusNotFound, "not_clustered")
 }
 
@@ -193,7 +191,7 @@ func TestClusterMetrics(t *testing.T) {
 	}
 
 	// Out of the cluster: nothing.
-	fc.set(federation.View{}, false)
+	fc.set(ClusterView{}, false)
 	r = f.do("GET", "/metrics", nil).want(t, http.StatusOK, nil)
 	if got := clusterLines(r.body); len(got) != 0 {
 		t.Fatalf("cluster series on a node out of the cluster: %q", got)
@@ -211,18 +209,18 @@ type fakeOps struct {
 func (o *fakeOps) DeleteQueue(_ context.Context, name string) error {
 	o.deleted = append(o.deleted, name)
 	if name != "orders" {
-		return fmt.Errorf("%w: %s", control.ErrUnknownQueue, name)
+		return fmt.Errorf("%w: %s", appliance.ErrNotFound, name)
 	}
 	return nil
 }
 
-func (o *fakeOps) DeclarePolicy(_ context.Context, c appliance.QueueConfig, policy string) (control.Queue, bool, error) {
+func (o *fakeOps) DeclarePolicy(_ context.Context, c appliance.QueueConfig, policy string) (ClusterDeclaration, bool, error) {
 	o.policy = policy
 	if policy == "quorum" {
-		return control.Queue{}, false, control.ErrInvalidPolicy
+		return ClusterDeclaration{}, false, fmt.Errorf("invalid replication policy %q: %w", policy, appliance.ErrInvalid)
 	}
 	c.Durability = appliance.Durable
-	return control.Queue{Config: c, Policy: control.Policy{Kind: control.MajorityDurable}}, true, nil
+	return ClusterDeclaration{Name: c.Name, Durability: c.Durability.String(), Partitions: c.Partitions, Policy: "majority_durable"}, true, nil
 }
 
 func (o *fakeOps) JoinVia(_ context.Context, peer string) error { o.peer = peer; return nil }

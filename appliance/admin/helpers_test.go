@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/fibril-edge/fibril/internal/await"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fibril-edge/fibril/internal/await"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/fibril-edge/fibril/appliance"

@@ -3,9 +3,6 @@ package admin
 import (
 	"log/slog"
 	"net/http"
-
-	"github.com/fibril-edge/fibril/bridge"
-	"github.com/fibril-edge/fibril/federation"
 )
 
 // Options configure a Server. Zero fields take the documented defaults.
@@ -36,14 +33,14 @@ type Options struct {
 	// beside the broker, for GET /api/bridges and the fibril_bridge_
 	// metrics. Default nil: the endpoint answers an empty list and no
 	// bridge metrics are exported.
-	Bridges func() []bridge.Stats
+	Bridges func() []BridgeStats
 	// Cluster reports the cluster as this node sees it (members, leader,
 	// assignments, followers' progress), for GET /api/cluster, the
 	// fibril_cluster_ and fibril_replica_ metrics and the dashboard's
 	// Cluster page. Default nil, or a false second result: a solo node,
 	// where GET /api/cluster answers 404 not_clustered and no cluster
 	// metrics are exported.
-	Cluster func() (federation.View, bool)
+	Cluster func() (ClusterView, bool)
 	// ClusterOps, set on a cluster node, routes POST /api/queues (the body
 	// may name a "policy") and DELETE /api/queues/{name} through the
 	// control plane, and serves POST /api/cluster/join. Default nil:

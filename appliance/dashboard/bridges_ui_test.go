@@ -11,7 +11,6 @@ import (
 
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/appliance/admin"
-	"github.com/fibril-edge/fibril/bridge"
 )
 
 // TestDashboardBridges drives the bridges page in headless Chromium: a
@@ -20,13 +19,13 @@ import (
 // a 375 px screen.
 func TestDashboardBridges(t *testing.T) {
 	var mu sync.Mutex
-	report := bridge.Stats{Name: "site", State: bridge.StateReconnecting, Blocked: true,
+	report := admin.BridgeStats{Name: "site", State: admin.BridgeReconnecting, Blocked: true,
 		LastError: "fibril: publish to alerts: not_found", MissingQueues: []string{"alerts"},
 		Dropped: map[string]uint64{"not_found": 3}}
-	base := startBridgeNode(t, func() []bridge.Stats {
+	base := startBridgeNode(t, func() []admin.BridgeStats {
 		mu.Lock()
 		defer mu.Unlock()
-		return []bridge.Stats{report}
+		return []admin.BridgeStats{report}
 	})
 	b := startBrowser(t, 1280, 900)
 	card := `main[data-page="bridges"] article[data-bridge="site"]`
@@ -47,7 +46,7 @@ func TestDashboardBridges(t *testing.T) {
 	b.screenshot(t, "dashboard-bridges-missing.png")
 
 	mu.Lock()
-	report.State, report.Blocked, report.MissingQueues, report.LastError = bridge.StateConnected, false, nil, ""
+	report.State, report.Blocked, report.MissingQueues, report.LastError = admin.BridgeConnected, false, nil, ""
 	report.Received, report.Published, report.JetStreamAcked = 1200, 1200, 1200
 	mu.Unlock()
 	b.waitFor(t, "the published count", number(card+` dd[data-field="published"]`)+` === 1200`, textOf(card+` dd[data-field="published"]`))
@@ -66,7 +65,7 @@ func TestDashboardBridges(t *testing.T) {
 
 // startBridgeNode serves the admin API and the dashboard over a fresh
 // broker, with bridges reporting through stats; it returns the base URL.
-func startBridgeNode(t *testing.T, stats func() []bridge.Stats) string {
+func startBridgeNode(t *testing.T, stats func() []admin.BridgeStats) string {
 	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
 	b, err := appliance.Open(appliance.Options{DataDir: t.TempDir(), Logger: quiet})

@@ -11,33 +11,31 @@ import (
 
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/appliance/admin"
-	"github.com/fibril-edge/fibril/federation"
-	"github.com/fibril-edge/fibril/federation/control"
 )
 
 // clusterView is n1's view of a three-node cluster it leads: it owns the
 // durable queue's partition 0, whose followers report written ahead of
 // durable, and follows partition 1.
-func clusterView() federation.View {
+func clusterView() admin.ClusterView {
 	ceiling := uint64(90)
-	return federation.View{
+	return admin.ClusterView{
 		NodeID: "n1", Leader: "n1",
-		Members: []control.Member{
+		Members: []admin.Member{
 			{ID: "n1", ClusterAddr: "127.0.0.1:7431", ClientAddr: "127.0.0.1:7420", Voter: true},
 			{ID: "n2", ClusterAddr: "127.0.0.1:7432", ClientAddr: "127.0.0.1:7422", Voter: true},
 			{ID: "n3", ClusterAddr: "127.0.0.1:7433", Voter: false},
 		},
-		Queues: []federation.QueueView{
+		Queues: []admin.ClusterQueue{
 			{Name: "clicks", Durability: "buffered", Policy: "replica_buffered:2",
-				Partitions: []federation.PartitionView{
+				Partitions: []admin.ClusterPartition{
 					{Partition: 0, Owner: "n2", Followers: []string{"n1", "n3"}, Epoch: 1, Reads: "written on 2 of 3"},
 				}},
 			{Name: "orders", Durability: "durable", Policy: "replica_durable:2",
-				Warnings: []string{control.ReplicaAcceptedWarning},
-				Partitions: []federation.PartitionView{
+				Warnings: []string{"policy replica_accepted is deprecated and means replica_durable; write replica_durable"},
+				Partitions: []admin.ClusterPartition{
 					{Partition: 0, Owner: "n1", Followers: []string{"n2", "n3"}, Epoch: 3, Reads: "durable on 2 of 3",
-						Ceiling: &ceiling, Log: &federation.FollowerProgress{WrittenNext: 125, DurableNext: 100},
-						Progress: map[string]federation.FollowerProgress{
+						Ceiling: &ceiling, Log: &admin.CopyProgress{WrittenNext: 125, DurableNext: 100},
+						Progress: map[string]admin.CopyProgress{
 							"n2": {WrittenNext: 120, DurableNext: 90},
 							"n3": {WrittenNext: 110, DurableNext: 80, CatchingUp: true},
 						}},
@@ -56,7 +54,7 @@ func clusterView() federation.View {
 func TestDashboardCluster(t *testing.T) {
 	var mu sync.Mutex
 	view := clusterView()
-	base := startClusterNode(t, func() (federation.View, bool) {
+	base := startClusterNode(t, func() (admin.ClusterView, bool) {
 		mu.Lock()
 		defer mu.Unlock()
 		return view, true
@@ -110,7 +108,7 @@ func TestDashboardCluster(t *testing.T) {
 	mu.Lock()
 	view = clusterView()
 	view.Leader = ""
-	view.Queues[1].Partitions[0].Progress["n3"] = federation.FollowerProgress{WrittenNext: 130, DurableNext: 130}
+	view.Queues[1].Partitions[0].Progress["n3"] = admin.CopyProgress{WrittenNext: 130, DurableNext: 130}
 	mu.Unlock()
 	b.waitFor(t, "no leader shown", textOf(page+`dd[data-field="leader"]`)+` === 'none known'`, textOf(page+`dd[data-field="leader"]`))
 	b.waitFor(t, "n3's durable progress", number(orders+`tr[data-follower="n3"] td[data-field="durable-next"]`)+` === 130`,
@@ -146,7 +144,7 @@ func TestDashboardSoloHasNoClusterLink(t *testing.T) {
 // startClusterNode serves the admin API and the dashboard over a fresh
 // broker, with cluster reporting the view (nil: a solo node); it returns
 // the base URL.
-func startClusterNode(t *testing.T, cluster func() (federation.View, bool)) string {
+func startClusterNode(t *testing.T, cluster func() (admin.ClusterView, bool)) string {
 	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
 	b, err := appliance.Open(appliance.Options{DataDir: t.TempDir(), Logger: quiet})

@@ -19,7 +19,7 @@ import (
 
 // Case 5, storage failure: a fibrild built with -tags faultinject fails
 // every write or every fdatasync of one queue's segment files on request
-// (appliance/daemon/fault_inject.go). The queue's log must latch: the
+// (tools/internal/daemon/fault_inject.go). The queue's log must latch: the
 // publish that met the failure and every later one are refused with a
 // clear error, also after the fault is gone (a failed sync is never
 // retried and believed); /readyz and the systemd watchdog report it; the

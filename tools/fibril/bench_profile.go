@@ -12,13 +12,13 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/fibril-edge/fibril/appliance/daemon"
 	"github.com/fibril-edge/fibril/internal/fibrildproc"
 	"github.com/fibril-edge/fibril/tools/fibril/internal/e2ebench"
+	"github.com/fibril-edge/fibril/tools/internal/daemon"
 )
 
 // "fibril bench fibrild-profiled --cpuprofile FILE [fibrild flags]" runs
-// the daemon (appliance/daemon.Run, the code of fibrild) in this process
+// the daemon (tools/internal/daemon.Run, the code of fibrild) in this process
 // under the CPU profiler, taking fibrild's --config and --section.key
 // flags; the profile is written when it shuts down on SIGTERM.
 func runBenchProfiledFibrild(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -9,9 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/fibril-edge/fibril/appliance/admin"
 	"github.com/spf13/pflag"
-
-	"github.com/fibril-edge/fibril/federation"
 )
 
 const clusterStatusHelp = `Usage: fibril cluster status [flags]
@@ -50,14 +49,14 @@ func runClusterStatus(ctx context.Context, args []string, stdout, stderr io.Writ
 	if conn.json {
 		return writeRawJSON(stdout, raw)
 	}
-	var v federation.View
+	var v admin.ClusterView
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return fmt.Errorf("cluster status: %w", err)
 	}
 	return printClusterView(stdout, v)
 }
 
-func printClusterView(w io.Writer, v federation.View) error {
+func printClusterView(w io.Writer, v admin.ClusterView) error {
 	leader := v.Leader
 	if leader == "" {
 		leader = "none (election under way, or too few voters up)"

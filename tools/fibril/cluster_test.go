@@ -10,16 +10,15 @@ import (
 
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/appliance/admin"
-	"github.com/fibril-edge/fibril/federation"
-	"github.com/fibril-edge/fibril/federation/control"
 )
 
 type joinRecorder struct{ peer, policy string }
 
-func (j *joinRecorder) DeclarePolicy(_ context.Context, c appliance.QueueConfig, policy string) (control.Queue, bool, error) {
+func (j *joinRecorder) DeclarePolicy(_ context.Context, c appliance.QueueConfig, policy string) (admin.ClusterDeclaration, bool, error) {
 	j.policy = policy
 	c.Durability = appliance.Durable
-	return control.Queue{Config: c.WithDefaults()}, true, nil
+	c = c.WithDefaults()
+	return admin.ClusterDeclaration{Name: c.Name, Durability: c.Durability.String(), Partitions: c.Partitions}, true, nil
 }
 func (j *joinRecorder) JoinVia(_ context.Context, peer string) error { j.peer = peer; return nil }
 func (j *joinRecorder) Owner(string) (string, string, bool)          { return "", "", false }
@@ -42,16 +41,16 @@ func TestClusterCommands(t *testing.T) {
 	}
 	defer b.Close()
 	ceil := uint64(40)
-	view := federation.View{NodeID: "n1", Leader: "n2",
-		Members: []control.Member{{ID: "n1", ClusterAddr: "10.0.0.1:7422", ClientAddr: "10.0.0.1:7420", Voter: true},
+	view := admin.ClusterView{NodeID: "n1", Leader: "n2",
+		Members: []admin.Member{{ID: "n1", ClusterAddr: "10.0.0.1:7422", ClientAddr: "10.0.0.1:7420", Voter: true},
 			{ID: "n2", ClusterAddr: "10.0.0.2:7422", Voter: true}},
-		Queues: []federation.QueueView{{Name: "orders", Durability: "durable", Policy: "majority_durable",
-			Partitions: []federation.PartitionView{{Partition: 0, Owner: "n1", Followers: []string{"n2"}, Epoch: 1,
-				Reads: "durable on 2 of 2", Ceiling: &ceil, Log: &federation.FollowerProgress{WrittenNext: 9000, DurableNext: 8990},
-				Progress: map[string]federation.FollowerProgress{"n2": {WrittenNext: 42, DurableNext: 40, CatchingUp: true}}}}}}}
+		Queues: []admin.ClusterQueue{{Name: "orders", Durability: "durable", Policy: "majority_durable",
+			Partitions: []admin.ClusterPartition{{Partition: 0, Owner: "n1", Followers: []string{"n2"}, Epoch: 1,
+				Reads: "durable on 2 of 2", Ceiling: &ceil, Log: &admin.CopyProgress{WrittenNext: 9000, DurableNext: 8990},
+				Progress: map[string]admin.CopyProgress{"n2": {WrittenNext: 42, DurableNext: 40, CatchingUp: true}}}}}}}
 	ops := &joinRecorder{}
 	srv, err := admin.New(b, admin.Options{Tokens: []string{"tok"}, Logger: slog.New(slog.DiscardHandler),
-		Cluster: func() (federation.View, bool) { return view, true }, ClusterOps: ops})
+		Cluster: func() (admin.ClusterView, bool) { return view, true }, ClusterOps: ops})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fibril-edge/fibril/appliance/admin"
 	"github.com/fibril-edge/fibril/appliance/client"
-	"github.com/fibril-edge/fibril/federation"
 	"github.com/fibril-edge/fibril/internal/fibrildproc"
 )
 
@@ -64,7 +64,7 @@ func TestClusterOfThreeProcesses(t *testing.T) {
 	// Every node's admin API shows the same placement, as it reads.
 	var owner string
 	for _, id := range ids {
-		var v federation.View
+		var v admin.ClusterView
 		waitView(t, ctx, procs[id].Admin, &v, func() bool {
 			return len(v.Members) == 3 && v.Leader != "" && len(v.Queues) == 1 && len(v.Queues[0].Partitions) == 2
 		})
@@ -200,7 +200,7 @@ func startClusterProcs(t *testing.T, ctx context.Context) *clusterProcs {
 				"--cluster.bootstrap", "true"}}
 		cp.start(t, ctx, id)
 	}
-	var v federation.View
+	var v admin.ClusterView
 	waitView(t, ctx, cp.procs["n1"].Admin, &v, func() bool { return len(v.Members) == 3 && v.Leader != "" })
 	cp.leader = v.Leader
 	return cp
@@ -231,14 +231,14 @@ func (cp *clusterProcs) dial(t *testing.T, ctx context.Context, id string) *clie
 }
 
 // waitView polls GET /api/cluster at admin into v until ready holds.
-func waitView(t *testing.T, ctx context.Context, admin string, v *federation.View, ready func() bool) {
+func waitView(t *testing.T, ctx context.Context, adminURL string, v *admin.ClusterView, ready func() bool) {
 	t.Helper()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		resp, err := http.Get(admin + "/api/cluster")
+		resp, err := http.Get(adminURL + "/api/cluster")
 		if err == nil {
-			*v = federation.View{}
+			*v = admin.ClusterView{}
 			err = json.NewDecoder(resp.Body).Decode(v)
 			resp.Body.Close()
 			if err == nil && resp.StatusCode == http.StatusOK && ready() {
@@ -248,7 +248,7 @@ func waitView(t *testing.T, ctx context.Context, admin string, v *federation.Vie
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
-			t.Fatalf("GET %s/api/cluster never showed the expected view; last %+v (%v)", admin, *v, err)
+			t.Fatalf("GET %s/api/cluster never showed the expected view; last %+v (%v)", adminURL, *v, err)
 		}
 	}
 }

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fibril-edge/fibril/appliance/admin"
 	"github.com/fibril-edge/fibril/appliance/client"
-	"github.com/fibril-edge/fibril/federation"
 	"github.com/fibril-edge/fibril/internal/waltest"
 	"github.com/fibril-edge/fibril/wal"
 )
@@ -30,7 +30,7 @@ func TestClusterSurvivesKills(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cp := startClusterProcs(t, ctx)
-	var v federation.View
+	var v admin.ClusterView
 	dial := func(id string) *client.Client { return cp.dial(t, ctx, id) }
 	if _, err := dial("n1").DeclareQueue(ctx, client.Queue("ledger").Durable()); err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func TestClusterSurvivesKills(t *testing.T) {
 	// Consume through a follower: every confirmed message exactly once.
 	cons, err := dial(f2).Consume(ctx, "ledger", 200)
 	if err != nil {
-		var v3 federation.View
+		var v3 admin.ClusterView
 		waitView(t, ctx, cp.procs[f2].Admin, &v3, func() bool { return true })
 		t.Fatalf("consume through %s: %v; its view %+v; owner at %s\n%s", f2, err, v3.Members, cp.procs[owner].Addr, cp.procs[owner].Log())
 	}
@@ -150,7 +150,7 @@ func TestClusterLeaderKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cp := startClusterProcs(t, ctx)
-	var v federation.View
+	var v admin.ClusterView
 	leader := cp.leader
 	var survivors []string
 	for _, id := range cp.ids {
@@ -163,7 +163,7 @@ func TestClusterLeaderKill(t *testing.T) {
 		t.Fatalf("declare through %s: %v", survivors[0], err)
 	}
 	waitView(t, ctx, cp.procs[leader].Admin, &v, func() bool { return len(v.Queues) == 1 })
-	placement := func(q federation.QueueView) string {
+	placement := func(q admin.ClusterQueue) string {
 		var out []string
 		for _, p := range q.Partitions {
 			out = append(out, fmt.Sprint(p.Partition, p.Owner, p.Followers, p.Epoch, p.Reads))

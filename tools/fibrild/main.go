@@ -28,7 +28,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/fibril-edge/fibril/appliance/daemon"
+	"github.com/fibril-edge/fibril/tools/internal/daemon"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/appliance/admin"
 	"github.com/fibril-edge/fibril/bridge"
 )
 
@@ -182,13 +183,13 @@ func startBridges(cfg Config, fibrilAddr string, serverTLS *tls.Config, exists f
 }
 
 // stats reports every bridge's state and counters; none before they start.
-func (rb *runningBridges) stats() []bridge.Stats {
+func (rb *runningBridges) stats() []admin.BridgeStats {
 	if rb == nil {
-		return []bridge.Stats{}
+		return []admin.BridgeStats{}
 	}
-	out := make([]bridge.Stats, 0, len(rb.list))
+	out := make([]admin.BridgeStats, 0, len(rb.list))
 	for _, b := range rb.list {
-		out = append(out, b.Stats())
+		out = append(out, admin.BridgeStats(b.Stats())) // the same fields: the admin API renders the bridge's report
 	}
 	return out
 }

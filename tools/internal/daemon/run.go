@@ -18,7 +18,6 @@ import (
 	"github.com/fibril-edge/fibril/appliance/admin"
 	"github.com/fibril-edge/fibril/appliance/dashboard"
 	"github.com/fibril-edge/fibril/appliance/server"
-	"github.com/fibril-edge/fibril/bridge"
 	"github.com/fibril-edge/fibril/federation"
 	"github.com/fibril-edge/fibril/internal/sdnotify"
 )
@@ -108,7 +107,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	log.Info("listening", "proto", "fibril", "addr", ln.Addr().String(), "tls", srvOpts.TLS != nil,
 		"auth", len(srvOpts.Tokens) > 0)
 	var running atomic.Pointer[runningBridges] // set once the bridges start
-	adm, err := startAdmin(cfg, b, metrics, srv, func() []bridge.Stats { return running.Load().stats() }, cluster, log)
+	adm, err := startAdmin(cfg, b, metrics, srv, func() []admin.BridgeStats { return running.Load().stats() }, cluster, log)
 	if err != nil {
 		_ = ln.Close()
 		return errors.Join(err, closeBroker(b, log), closeCluster(cluster))
@@ -207,7 +206,7 @@ type adminServer struct {
 
 // startAdmin serves the admin API on cfg's [admin] listen address, with
 // the [server] tokens.
-func startAdmin(cfg Config, b *appliance.Broker, m *admin.Metrics, srv *server.Server, bridges func() []bridge.Stats,
+func startAdmin(cfg Config, b *appliance.Broker, m *admin.Metrics, srv *server.Server, bridges func() []admin.BridgeStats,
 	cluster *federation.Cluster, log *slog.Logger) (*adminServer, error) {
 	if cfg.Admin.Listen == "" {
 		log.Info("admin API off: [admin] listen is empty")
@@ -216,8 +215,8 @@ func startAdmin(cfg Config, b *appliance.Broker, m *admin.Metrics, srv *server.S
 	opts := admin.Options{Tokens: cfg.Server.Tokens, Logger: log, Metrics: m,
 		ServerConnections: srv.Connections, ServerRefused: srv.Refused, UI: dashboard.Handler(), Version: Version, Bridges: bridges}
 	if cluster != nil {
-		opts.Cluster = func() (federation.View, bool) { return cluster.View(), true }
-		opts.ClusterOps = cluster
+		opts.Cluster = func() (admin.ClusterView, bool) { return cluster.View(), true }
+		opts.ClusterOps = clusterOps{cluster}
 	}
 	api, err := admin.New(b, opts)
 	if err != nil {

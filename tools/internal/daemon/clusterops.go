@@ -1,0 +1,26 @@
+package daemon
+
+import (
+	"context"
+
+	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/appliance/admin"
+	"github.com/fibril-edge/fibril/federation"
+)
+
+// clusterOps is the cluster as the admin API changes it: declarations,
+// deletions and joins go through the control plane.
+type clusterOps struct{ *federation.Cluster }
+
+var _ admin.ClusterOps = clusterOps{}
+
+// DeclarePolicy declares a queue through the control plane and answers
+// the stored declaration as the admin API renders it.
+func (c clusterOps) DeclarePolicy(ctx context.Context, cfg appliance.QueueConfig, policy string) (admin.ClusterDeclaration, bool, error) {
+	q, created, err := c.Cluster.DeclarePolicy(ctx, cfg, policy)
+	if err != nil {
+		return admin.ClusterDeclaration{}, false, err
+	}
+	return admin.ClusterDeclaration{Name: q.Config.Name, Durability: q.Config.Durability.String(),
+		Partitions: q.Config.Partitions, Policy: q.Policy.String(), Warnings: q.Warnings}, created, nil
+}
