@@ -8,6 +8,7 @@ import (
 
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/appliance/client"
+	"github.com/fibril-edge/fibril/appliance/wire"
 	"github.com/fibril-edge/fibril/federation/control"
 )
 
@@ -138,19 +139,17 @@ func (c *Cluster) forwardClient(ctx context.Context, addr string) (*client.Clien
 }
 
 // brokerError maps a client error from the owner to the broker sentinel
-// the local server answers with.
+// the local server answers with: the owner's wire code read back through
+// the broker's error catalog, so a forwarded refusal keeps its code. A
+// failure without a code (the connection) is unavailable, and so is a
+// code no class has (the owner refused this node's token).
 func brokerError(err error) error {
-	for _, m := range []struct{ from, to error }{
-		{client.ErrNotFound, appliance.ErrNotFound},
-		{client.ErrQueueFull, appliance.ErrQueueFull},
-		{client.ErrDiskFull, appliance.ErrDiskFull},
-		{client.ErrTooLarge, appliance.ErrTooLarge},
-		{client.ErrBadRequest, appliance.ErrInvalid},
-		{client.ErrConflict, appliance.ErrConflict},
-	} {
-		if errors.Is(err, m.from) {
-			return fmt.Errorf("%w: %w", m.to, err)
-		}
+	var ce *client.Error
+	switch {
+	case errors.As(err, &ce) && ce.Code == wire.CodeInternal:
+		return err // the owner failed unexpectedly: internal here too
+	case errors.As(err, &ce):
+		return fmt.Errorf("%w: %w", appliance.SentinelForWire(ce.Code), err)
 	}
 	return fmt.Errorf("%w: %w", appliance.ErrUnavailable, err)
 }

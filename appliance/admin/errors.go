@@ -1,13 +1,11 @@
 package admin
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
 
 	"github.com/fibril-edge/fibril/appliance"
-	"github.com/fibril-edge/fibril/wal"
 )
 
 var errEmptyToken = errors.New("admin: empty token")
@@ -37,50 +35,14 @@ type errorBody struct {
 	Details any    `json:"details,omitempty"`
 }
 
-// statusOf maps an error to its HTTP status and code:
-//
-//	ErrInvalid                      400 invalid
-//	ErrNotFound                     404 not_found
-//	ErrModeConflict                 409 mode_conflict
-//	ErrConflict                     409 conflict
-//	ErrStaleTag                     409 stale_tag
-//	ErrTooLarge                     413 too_large
-//	ErrQueueFull                    429 queue_full (back off; consumers drain it)
-//	ErrDiskFull                     507 disk_full
-//	ErrUnavailable, wal.ErrLatched  503 unavailable
-//	ErrClosed                       503 closed
-//	context canceled (shutdown)     503 canceled
-//	context deadline                504 timeout
-//	anything else                   500 internal
-func statusOf(err error) (int, string, any) {
+// StatusOf maps an error to its HTTP status and code: an *Error of the
+// API's own as it says, a broker error by its class in the broker's error
+// catalog (appliance.Catalog), which the wire server uses too.
+func StatusOf(err error) (int, string, any) {
 	var e *Error
-	switch {
-	case errors.As(err, &e):
+	if errors.As(err, &e) {
 		return e.Status, e.Code, e.Details
-	case errors.Is(err, appliance.ErrInvalid):
-		return http.StatusBadRequest, "invalid", nil
-	case errors.Is(err, appliance.ErrNotFound):
-		return http.StatusNotFound, "not_found", nil
-	case errors.Is(err, appliance.ErrModeConflict):
-		return http.StatusConflict, "mode_conflict", nil
-	case errors.Is(err, appliance.ErrConflict):
-		return http.StatusConflict, "conflict", nil
-	case errors.Is(err, appliance.ErrStaleTag):
-		return http.StatusConflict, "stale_tag", nil
-	case errors.Is(err, appliance.ErrTooLarge):
-		return http.StatusRequestEntityTooLarge, "too_large", nil
-	case errors.Is(err, appliance.ErrQueueFull):
-		return http.StatusTooManyRequests, "queue_full", nil
-	case errors.Is(err, appliance.ErrDiskFull):
-		return http.StatusInsufficientStorage, "disk_full", nil
-	case errors.Is(err, appliance.ErrUnavailable), errors.Is(err, wal.ErrLatched):
-		return http.StatusServiceUnavailable, "unavailable", nil
-	case errors.Is(err, appliance.ErrClosed):
-		return http.StatusServiceUnavailable, "closed", nil
-	case errors.Is(err, context.Canceled):
-		return http.StatusServiceUnavailable, "canceled", nil
-	case errors.Is(err, context.DeadlineExceeded):
-		return http.StatusGatewayTimeout, "timeout", nil
 	}
-	return http.StatusInternalServerError, "internal", nil
+	c := appliance.ClassOf(err)
+	return c.Status, c.Code, nil
 }

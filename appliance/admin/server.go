@@ -127,7 +127,7 @@ func (s *Server) jsonAPI(h apiFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		status, v, err := h(r)
 		if err != nil {
-			status, code, details := statusOf(err)
+			status, code, details := StatusOf(err)
 			if status >= 500 {
 				s.log.Warn("admin request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 			}

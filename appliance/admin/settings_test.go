@@ -121,7 +121,7 @@ func TestErrorStatus(t *testing.T) {
 		{context.DeadlineExceeded, 504, "timeout"},
 		{errors.New("boom"), 500, "internal"},
 	} {
-		status, code, _ := statusOf(fmt.Errorf("wrapped: %w", tc.err))
+		status, code, _ := StatusOf(fmt.Errorf("wrapped: %w", tc.err))
 		if status != tc.status || code != tc.code {
 			t.Errorf("%v: %d %s, want %d %s", tc.err, status, code, tc.status, tc.code)
 		}

@@ -29,8 +29,8 @@ func TestCodeOf(t *testing.T) {
 		{fmt.Errorf("%w: queue q failed to open: %w", appliance.ErrUnavailable, appliance.ErrInvalid), wire.CodeUnavailable},
 		{errors.New("disk on fire"), wire.CodeInternal},
 	} {
-		if got := codeOf(tc.err); got != tc.want {
-			t.Errorf("codeOf(%v) = %s, want %s", tc.err, got, tc.want)
+		if got := CodeOf(tc.err); got != tc.want {
+			t.Errorf("CodeOf(%v) = %s, want %s", tc.err, got, tc.want)
 		}
 	}
 }

@@ -213,7 +213,7 @@ func (c *conn) settle(subID uint32, tags []uint64, apply func(Consumer) error) {
 		}
 		return
 	}
-	code, msg := codeOf(err), clip(err.Error(), 1024)
+	code, msg := CodeOf(err), clip(err.Error(), 1024)
 	if code == wire.CodeInternal {
 		c.log.Error("settle failed", "sub", subID, "err", err)
 	}
