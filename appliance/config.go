@@ -5,32 +5,34 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+
+	"github.com/fibril-edge/fibril/appliance/wire"
+	"github.com/fibril-edge/fibril/wal"
 )
 
-// Durability is a queue's mode, fixed by its first declare.
-type Durability uint8
+// Durability is a queue's mode, fixed by its first declare. It is the
+// wire protocol's type: one type from the client through the broker to
+// the cluster's control log, so no layer converts it by number.
+type Durability = wire.Durability
 
 const (
 	// DurabilityUnspecified in a declare keeps the queue's mode, or picks
 	// durable for a new queue.
-	DurabilityUnspecified Durability = 0
+	DurabilityUnspecified = wire.DurabilityUnspecified
 	// Durable queues confirm and deliver after the record is synced.
-	Durable Durability = 1
+	Durable = wire.DurabilityDurable
 	// Buffered queues confirm and deliver once the record is written to the
 	// operating system, and sync it in the background soon after.
-	Buffered Durability = 2
+	Buffered = wire.DurabilityBuffered
 )
 
-func (d Durability) String() string {
-	switch d {
-	case Durable:
-		return "durable"
-	case Buffered:
-		return "buffered"
-	case DurabilityUnspecified:
-		return ""
+// appendBoundary is where a queue's appends complete in its log: written
+// for a buffered queue, durable otherwise.
+func appendBoundary(d Durability) wal.Boundary {
+	if d == Buffered {
+		return wal.AfterFlush
 	}
-	return fmt.Sprintf("durability(%d)", uint8(d))
+	return wal.AfterFsync
 }
 
 // ParseDurability reads "durable", "buffered" or "" (unspecified).

@@ -23,7 +23,7 @@ type partition struct {
 	q    *queue
 	idx  int
 	log  *wal.Log
-	dur  wal.Durability
+	dur  wal.Boundary
 	gate ReplicaGate // nil: solo
 
 	submitMu sync.Mutex // serialises hand-off to the log so the applier sees offset order

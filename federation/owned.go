@@ -119,7 +119,7 @@ func (op *ownedPartition) follow() {
 			op.streams = map[string]*replication.Sender{}
 		}
 		op.streams[f] = replication.StartSender(replication.SenderOptions{
-			Hello: replication.Hello{Epoch: a.Epoch, Incarnation: a.Incarnation, Durability: uint8(op.durability), Partition: uint32(op.partition),
+			Hello: replication.Hello{Epoch: a.Epoch, Incarnation: a.Incarnation, Durability: op.durability, Partition: uint32(op.partition),
 				Queue: op.queue, Owner: op.c.node.opts.ID},
 			Follower: f,
 			Addr:     addrs[f],

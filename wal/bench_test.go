@@ -8,7 +8,7 @@ import (
 // Go benchmarks of the append and read paths on the real disk (t.TempDir).
 // The full matrix against the disk's floor is `fibril log bench`.
 
-func benchmarkAppend(b *testing.B, d Durability, batch int) {
+func benchmarkAppend(b *testing.B, d Boundary, batch int) {
 	l := mustOpen(b, nil, b.TempDir(), Options{})
 	defer l.Close()
 	es := entries(0, batch, 128)

@@ -8,7 +8,7 @@
 //     written.
 //
 // Records still in the writer's staging buffer are never exposed as a
-// completion point. An append names a Durability: AfterFlush completes at
+// completion point. An append names a Boundary: AfterFlush completes at
 // written, AfterFsync at durable.
 //
 // # Invariants

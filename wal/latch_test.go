@@ -171,7 +171,7 @@ func TestLatch(t *testing.T) {
 			if got, err := l.WaitWritten(ctx, cut); err != nil || got != cut {
 				t.Fatalf("WaitWritten at the frontier: %d %v", got, err)
 			}
-			for _, d := range []Durability{AfterFlush, AfterFsync} {
+			for _, d := range []Boundary{AfterFlush, AfterFsync} {
 				_, err := l.Append(ctx, entries(20_000, 1, recSize), d)
 				wantLatchErr(t, "later "+d.String()+" append", err)
 			}

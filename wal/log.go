@@ -12,26 +12,28 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// Durability says when an append completes.
-type Durability uint8
+// Boundary says when an append completes: at the written or at the
+// durable frontier. (A queue's mode, durable or buffered, is the
+// broker's; it picks the boundary its appends complete at.)
+type Boundary uint8
 
 const (
 	// AfterFlush completes once the records are handed to the kernel
 	// (the written frontier): they survive a process crash, not a power loss.
-	AfterFlush Durability = 1
+	AfterFlush Boundary = 1
 	// AfterFsync completes once an fdatasync covers the records (the durable
 	// frontier).
-	AfterFsync Durability = 2
+	AfterFsync Boundary = 2
 )
 
-func (d Durability) String() string {
+func (d Boundary) String() string {
 	switch d {
 	case AfterFlush:
 		return "after-flush"
 	case AfterFsync:
 		return "after-fsync"
 	}
-	return fmt.Sprintf("durability(%d)", uint8(d))
+	return fmt.Sprintf("boundary(%d)", uint8(d))
 }
 
 // AppendResult names the offsets an append took: First up to, not
@@ -82,7 +84,7 @@ type Log struct {
 // Completion is the handle of an asynchronous append.
 type Completion struct {
 	entries []Entry
-	dur     Durability
+	dur     Boundary
 	size    int  // encoded bytes
 	syncReq bool // a forced sync with no entries
 	done    chan struct{}
@@ -116,20 +118,20 @@ func failedCompletion(err error) *Completion {
 
 // Append writes entries as consecutive records and blocks until they reach
 // the boundary d names.
-func (l *Log) Append(ctx context.Context, entries []Entry, d Durability) (AppendResult, error) {
+func (l *Log) Append(ctx context.Context, entries []Entry, d Boundary) (AppendResult, error) {
 	return l.appendAsync(ctx, entries, d).Wait(ctx)
 }
 
 // AppendAsync hands entries to the writer and returns at once, unless the
 // byte bound holds appends, when it waits for the writer to take them. The
 // entries' payloads must not change until the completion is done.
-func (l *Log) AppendAsync(entries []Entry, d Durability) *Completion {
+func (l *Log) AppendAsync(entries []Entry, d Boundary) *Completion {
 	return l.appendAsync(context.Background(), entries, d)
 }
 
 // appendAsync is AppendAsync giving up with ctx's error if ctx ends before
 // the writer takes the entries.
-func (l *Log) appendAsync(ctx context.Context, entries []Entry, d Durability) *Completion {
+func (l *Log) appendAsync(ctx context.Context, entries []Entry, d Boundary) *Completion {
 	size, err := l.checkBatch(entries, d)
 	if err != nil {
 		return failedCompletion(err)
@@ -145,9 +147,9 @@ func (l *Log) appendAsync(ctx context.Context, entries []Entry, d Durability) *C
 	}
 }
 
-func (l *Log) checkBatch(entries []Entry, d Durability) (int, error) {
+func (l *Log) checkBatch(entries []Entry, d Boundary) (int, error) {
 	if d != AfterFlush && d != AfterFsync {
-		return 0, fmt.Errorf("wal: unknown durability %d", d)
+		return 0, fmt.Errorf("wal: unknown append boundary %d", d)
 	}
 	if len(entries) == 0 {
 		return 0, ErrEmptyBatch

@@ -53,7 +53,7 @@ func TestPowerLoss(t *testing.T) {
 // powerLossAppend is one append an appender saw confirmed.
 type powerLossAppend struct {
 	res     AppendResult
-	dur     Durability
+	dur     Boundary
 	entries []Entry
 	// beforeClone: the confirmation came before the crash clone started.
 	beforeClone bool

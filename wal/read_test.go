@@ -532,7 +532,7 @@ func TestAppendRejectsInvalidBatches(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		entries []Entry
-		dur     Durability
+		dur     Boundary
 		want    error // nil: any error
 	}{
 		{"type 0", []Entry{{Type: 1, Payload: []byte("a")}, {Type: 0, Payload: []byte("b")}}, AfterFlush, ErrInvalidType},
@@ -540,7 +540,7 @@ func TestAppendRejectsInvalidBatches(t *testing.T) {
 		{"empty slice", []Entry{}, AfterFlush, ErrEmptyBatch},
 		{"record over MaxRecordSize", []Entry{{Type: 1, Payload: make([]byte, 1001)}}, AfterFlush, ErrTooLarge},
 		{"batch over a segment", entries(0, 5, 1000), AfterFsync, ErrTooLarge},
-		{"unknown durability", entries(0, 1, 10), Durability(0), nil},
+		{"unknown durability", entries(0, 1, 10), Boundary(0), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := l.Append(ctx, tc.entries, tc.dur)

@@ -78,7 +78,7 @@ func (c *conn) declare(f *wire.Declare) wire.Frame {
 	}
 	res, err := declare(context.Background(), appliance.QueueConfig{
 		Name:          f.Queue,
-		Durability:    appliance.Durability(f.Durability),
+		Durability:    f.Durability,
 		Partitions:    int(f.Partitions),
 		DeadLetter:    f.DeadLetter,
 		MaxDeliveries: int(f.MaxDeliveries),
@@ -94,7 +94,7 @@ func (c *conn) declare(f *wire.Declare) wire.Frame {
 	return &wire.Declared{
 		Corr:       f.Corr,
 		Queue:      res.Config.Name,
-		Durability: wire.Durability(res.Config.Durability),
+		Durability: res.Config.Durability,
 		Partitions: uint16(res.Config.Partitions),
 		Created:    res.Created,
 		Warning:    res.Warning,

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/internal/waltest"
 	"github.com/fibril-edge/fibril/wal"
 )
@@ -161,7 +162,7 @@ func testRecord(i int) wal.Entry {
 	return wal.Entry{Type: 1 + byte(i%3), Payload: []byte(fmt.Sprintf("record-%08d-%s", i, strings.Repeat("x", 80)))}
 }
 
-func appendRecords(t *testing.T, l *wal.Log, from, n int, d wal.Durability) {
+func appendRecords(t *testing.T, l *wal.Log, from, n int, d wal.Boundary) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -341,7 +342,7 @@ func TestFollowerStartsAtOwnersHead(t *testing.T) {
 	}
 	f := NewFollower(FollowerOptions{Dir: "r", FS: vfs.NewMem(), SegmentSize: 16 << 10, Logger: quiet})
 	gate := NewGate(Durable, 2, []string{"f1"})
-	s := StartSender(SenderOptions{Hello: Hello{Epoch: 1, Durability: durableMode, Queue: "q"}, Follower: "f1",
+	s := StartSender(SenderOptions{Hello: Hello{Epoch: 1, Durability: appliance.Durable, Queue: "q"}, Follower: "f1",
 		Addr: serveFollower(t, f), Dial: dialTCP, Log: owner, Gate: gate, Logger: quiet})
 	defer s.Close()
 	waitGate(t, gate, 3000)

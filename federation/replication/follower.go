@@ -13,11 +13,9 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/wal"
 )
-
-// durableMode is appliance.Durable's value in Hello.Durability.
-const durableMode = 1
 
 // DefaultPullBytes bounds the catch-up batch a follower Pulls.
 const DefaultPullBytes = 1 << 20
@@ -180,7 +178,7 @@ func (f *Follower) Serve(c net.Conn) {
 			entries = append(entries, wal.Entry{Type: rec.Type, Payload: rec.Payload})
 		}
 		d := wal.AfterFlush
-		if h.Durability == durableMode || b.CatchUp {
+		if h.Durability == appliance.Durable || b.CatchUp {
 			d = wal.AfterFsync
 		}
 		pullOwed.Store(b.CatchUp)

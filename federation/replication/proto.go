@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/fibril-edge/fibril/appliance"
 )
 
 // The replication protocol runs on one connection per (partition,
@@ -77,7 +79,7 @@ type Hello struct {
 	Epoch uint64
 	// Incarnation is the queue declaration's (control.Queue.Incarnation).
 	Incarnation uint64
-	Durability  uint8 // appliance.Durability of the queue
+	Durability  appliance.Durability // the queue's mode
 	Partition   uint32
 	// Head is the lowest offset the owner's log still holds; the sender
 	// fills it in at each connection.
@@ -135,7 +137,7 @@ func appendFrame(b []byte, f Frame) []byte {
 	case Hello:
 		b = binary.LittleEndian.AppendUint64(b, f.Epoch)
 		b = binary.LittleEndian.AppendUint64(b, f.Incarnation)
-		b = append(b, f.Durability)
+		b = append(b, byte(f.Durability))
 		b = binary.LittleEndian.AppendUint32(b, f.Partition)
 		b = binary.LittleEndian.AppendUint64(b, f.Head)
 		b = appendBytes(b, []byte(f.Queue))
@@ -193,7 +195,7 @@ func decodeFrame(body []byte) (Frame, error) {
 	var f Frame
 	switch body[0] {
 	case typeHello:
-		f = Hello{Epoch: d.u64(), Incarnation: d.u64(), Durability: d.u8(), Partition: d.u32(), Head: d.u64(),
+		f = Hello{Epoch: d.u64(), Incarnation: d.u64(), Durability: appliance.Durability(d.u8()), Partition: d.u32(), Head: d.u64(),
 			Queue: string(d.bytes()), Owner: string(d.bytes())}
 	case typePosition:
 		f = Position{Written: d.u64(), Durable: d.u64()}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/internal/leakcheck"
 	"github.com/fibril-edge/fibril/internal/waltest"
 	"github.com/fibril-edge/fibril/wal"
@@ -70,7 +71,7 @@ func TestStreamToFollowers(t *testing.T) {
 	for _, id := range []string{"f1", "f2"} {
 		f := NewFollower(FollowerOptions{Dir: "replicas", FS: vfs.NewMem(), SegmentSize: 256 << 10, Logger: quiet})
 		followers[id] = f
-		s := StartSender(SenderOptions{Hello: Hello{Epoch: 1, Durability: durableMode, Queue: "q", Partition: 0, Owner: "o"},
+		s := StartSender(SenderOptions{Hello: Hello{Epoch: 1, Durability: appliance.Durable, Queue: "q", Partition: 0, Owner: "o"},
 			Follower: id, Addr: serveFollower(t, f), Dial: dialTCP, Log: owner, Gate: gate, Logger: quiet})
 		defer s.Close()
 	}

@@ -17,7 +17,7 @@ import (
 // syncs in the background.
 type policy struct {
 	name       string
-	durability wal.Durability
+	durability wal.Boundary
 	interval   time.Duration // wal.Options.BackgroundSyncInterval
 	syncBytes  int64         // wal.Options.SyncBytesThreshold
 }
