@@ -99,17 +99,23 @@ var queueNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
 // QueueConfig is a declaration. Zero fields take their defaults on the
 // first declare and keep the stored value on a later one.
+//
+// It is stored as JSON in the metadata store ("q/<queue>") and in the
+// cluster's control log, so its tags are a persisted format: a field may
+// be added (old records decode it as zero) but never renamed or retagged,
+// and testdata/golden/queue-config.json must keep decoding. Durations are
+// nanoseconds; Durability and Overflow their numbers.
 type QueueConfig struct {
-	Name          string
-	Durability    Durability
-	Partitions    int
-	DeadLetter    string        // queue that receives discarded and over-delivered messages
-	MaxDeliveries int           // 0: unlimited
-	AckDeadline   time.Duration // 0: 30 s
-	MaxBytes      int64         // 0: unlimited
-	MaxMessages   int64         // 0: unlimited
-	Overflow      Overflow
-	DedupeWindow  time.Duration // 0: no dedupe
+	Name          string        `json:"Name"`
+	Durability    Durability    `json:"Durability"`
+	Partitions    int           `json:"Partitions"`
+	DeadLetter    string        `json:"DeadLetter"`    // queue that receives discarded and over-delivered messages
+	MaxDeliveries int           `json:"MaxDeliveries"` // 0: unlimited
+	AckDeadline   time.Duration `json:"AckDeadline"`   // 0: 30 s
+	MaxBytes      int64         `json:"MaxBytes"`      // 0: unlimited
+	MaxMessages   int64         `json:"MaxMessages"`   // 0: unlimited
+	Overflow      Overflow      `json:"Overflow"`
+	DedupeWindow  time.Duration `json:"DedupeWindow"` // 0: no dedupe
 }
 
 // ValidateName reports whether name can be a queue name.
