@@ -1,6 +1,7 @@
 package appliance
 
 import (
+	"sync"
 	"time"
 
 	"github.com/fibril-edge/fibril/wal"
@@ -16,6 +17,17 @@ import (
 // maxPublishBatch caps the publishes one append carries.
 const maxPublishBatch = 512
 
+// publishBatch is a partition's batch in the making. Its mutex guards every
+// field; the goroutine that set flushing is the one appending.
+type publishBatch struct {
+	mu          sync.Mutex
+	pending     []pubReq
+	lastArrival time.Time
+	flushTimer  *gapTimer // armed in gap mode while publishes wait
+	flushing    bool      // a flusher is appending pending batches
+	closed      bool      // the partition is closing: refuse publishes
+}
+
 type pubReq struct {
 	rec  []byte
 	done func(wal.AppendResult, error)
@@ -24,32 +36,32 @@ type pubReq struct {
 // publish adds one encoded publish record to the partition's batch.
 func (p *partition) publish(rec []byte, done func(wal.AppendResult, error)) {
 	gap := p.q.b.publishGap(p.q.cfg().Durability)
-	p.batchMu.Lock()
-	if p.batchClosed {
-		p.batchMu.Unlock()
+	p.batch.mu.Lock()
+	if p.batch.closed {
+		p.batch.mu.Unlock()
 		done(wal.AppendResult{}, ErrClosed)
 		return
 	}
-	p.pending = append(p.pending, pubReq{rec: rec, done: done})
-	p.lastArrival = time.Now()
-	full := len(p.pending) >= maxPublishBatch
+	p.batch.pending = append(p.batch.pending, pubReq{rec: rec, done: done})
+	p.batch.lastArrival = time.Now()
+	full := len(p.batch.pending) >= maxPublishBatch
 	switch {
 	case gap <= 0 || full:
-		if p.flushTimer != nil && p.flushTimer.Stop() {
-			p.flushTimer = nil
+		if p.batch.flushTimer != nil && p.batch.flushTimer.Stop() {
+			p.batch.flushTimer = nil
 		}
-		if p.flushing {
-			p.batchMu.Unlock()
+		if p.batch.flushing {
+			p.batch.mu.Unlock()
 			return // the flusher in progress picks it up
 		}
-		p.flushing = true
-		p.batchMu.Unlock()
+		p.batch.flushing = true
+		p.batch.mu.Unlock()
 		p.flushBatches()
-	case p.flushTimer == nil && !p.flushing:
-		p.flushTimer = afterGap(gap, p.gapElapsed)
-		p.batchMu.Unlock()
+	case p.batch.flushTimer == nil && !p.batch.flushing:
+		p.batch.flushTimer = afterGap(gap, p.gapElapsed)
+		p.batch.mu.Unlock()
 	default:
-		p.batchMu.Unlock()
+		p.batch.mu.Unlock()
 	}
 }
 
@@ -57,34 +69,34 @@ func (p *partition) publish(rec []byte, done func(wal.AppendResult, error)) {
 // waits out the rest of it.
 func (p *partition) gapElapsed() {
 	gap := p.q.b.publishGap(p.q.cfg().Durability)
-	p.batchMu.Lock()
-	p.flushTimer = nil
-	if rest := gap - time.Since(p.lastArrival); rest > 0 && len(p.pending) < maxPublishBatch {
-		p.flushTimer = afterGap(rest, p.gapElapsed)
-		p.batchMu.Unlock()
+	p.batch.mu.Lock()
+	p.batch.flushTimer = nil
+	if rest := gap - time.Since(p.batch.lastArrival); rest > 0 && len(p.batch.pending) < maxPublishBatch {
+		p.batch.flushTimer = afterGap(rest, p.gapElapsed)
+		p.batch.mu.Unlock()
 		return
 	}
-	if p.flushing {
-		p.batchMu.Unlock()
+	if p.batch.flushing {
+		p.batch.mu.Unlock()
 		return
 	}
-	p.flushing = true
-	p.batchMu.Unlock()
+	p.batch.flushing = true
+	p.batch.mu.Unlock()
 	p.flushBatches()
 }
 
 // flushBatches appends pending batches until none is left.
 func (p *partition) flushBatches() {
 	for {
-		p.batchMu.Lock()
-		batch := p.pending
-		p.pending = nil
+		p.batch.mu.Lock()
+		batch := p.batch.pending
+		p.batch.pending = nil
 		if len(batch) == 0 {
-			p.flushing = false
-			p.batchMu.Unlock()
+			p.batch.flushing = false
+			p.batch.mu.Unlock()
 			return
 		}
-		p.batchMu.Unlock()
+		p.batch.mu.Unlock()
 		entries := make([]wal.Entry, len(batch))
 		for i, r := range batch {
 			entries[i] = wal.Entry{Type: recPublish, Payload: r.rec}
@@ -99,15 +111,15 @@ func (p *partition) flushBatches() {
 
 // closeBatches refuses further publishes and fails what is pending.
 func (p *partition) closeBatches() {
-	p.batchMu.Lock()
-	p.batchClosed = true
-	if p.flushTimer != nil {
-		p.flushTimer.Stop()
-		p.flushTimer = nil
+	p.batch.mu.Lock()
+	p.batch.closed = true
+	if p.batch.flushTimer != nil {
+		p.batch.flushTimer.Stop()
+		p.batch.flushTimer = nil
 	}
-	pending := p.pending
-	p.pending = nil
-	p.batchMu.Unlock()
+	pending := p.batch.pending
+	p.batch.pending = nil
+	p.batch.mu.Unlock()
 	for _, r := range pending {
 		r.done(wal.AppendResult{}, ErrClosed)
 	}

@@ -38,12 +38,7 @@ type partition struct {
 	dedupe      []dedupeRecord // recent message ids, for snapshots
 	quarantined []quarantineRecord
 
-	batchMu     sync.Mutex // guards the publish batch fields below
-	pending     []pubReq
-	lastArrival time.Time
-	flushTimer  *gapTimer
-	flushing    bool
-	batchClosed bool
+	batch publishBatch // publishes gathering for one append; its own mutex (batch.go)
 
 	ckptMu    sync.Mutex // one checkpoint of this partition at a time; guards logClosed
 	logClosed bool       // set by queue.close: later checkpoints find nothing to do
