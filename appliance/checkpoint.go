@@ -72,7 +72,7 @@ func (b *Broker) checkpointPartition(p *partition) error {
 	}
 	// 1. Capture at a boundary.
 	p.mu.Lock()
-	snap := p.st.capture()
+	snap := p.core.st.capture()
 	snap.Dedupe = append([]dedupeRecord(nil), p.dedupe...)
 	p.dirty.Store(false)
 	p.mu.Unlock()

@@ -119,8 +119,8 @@ func (q *queue) info(now time.Time) QueueInfo {
 			in.Unavailable = fmt.Sprintf("partition %d: %v", p.idx, st.LastError)
 		}
 		p.mu.Lock()
-		pi.Messages = p.st.count
-		pi.Ready, pi.InFlight = p.st.readyCount()
+		pi.Messages = p.core.st.count
+		pi.Ready, pi.InFlight = p.core.st.readyCount()
 		for _, r := range p.quarantined {
 			pi.Quarantined = append(pi.Quarantined, Quarantined{FromOffset: r.Hole.From, ToOffset: r.Hole.To, File: r.Hole.Path, LostMessages: r.Lost})
 		}

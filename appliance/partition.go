@@ -1,7 +1,6 @@
 package appliance
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -18,52 +17,53 @@ import (
 //
 // Every change goes through the log first: an event is appended at the
 // queue's durability and applied only once the append completes, by the
-// applier goroutine, in log order.
+// applier goroutine, in log order. The decisions about leases and dispatch
+// are made by core (lease.go), which does no I/O; the methods here take
+// the lock, ask the core, and carry out what it returns.
 type partition struct {
+	// Set at open, never changed. The log is safe for concurrent use.
 	q    *queue
 	idx  int
 	log  *wal.Log
 	dur  wal.Boundary
 	gate ReplicaGate // nil: solo
 
-	submitMu sync.Mutex // serialises hand-off to the log so the applier sees offset order
+	// submitMu orders appends with their hand-off on applyCh, so the
+	// applier sees them in offset order; it guards sending on applyCh and
+	// closing it. The applier goroutine owns the receiving side.
+	submitMu sync.Mutex
 	applyCh  chan pendingAppend
 
-	mu          sync.Mutex // guards the fields below
-	st          *partitionState
-	leases      map[uint64]*lease // by delivery tag
-	expiry      leaseHeap
-	subs        []*Subscription
-	rr          int
-	dedupe      []dedupeRecord // recent message ids, for snapshots
+	// mu guards the partition's state: what is applied, leased and
+	// remembered. The applier changes it by applying records, the
+	// dispatcher and settling callers by asking the core.
+	mu          sync.Mutex
+	core        dispatchCore[*Subscription] // the applied state, leases and subscriptions
+	dedupe      []dedupeRecord              // recent message ids, for snapshots
 	quarantined []quarantineRecord
+
+	// count and bytes mirror core.st.count and core.st.bytes for the
+	// queue's lock-free limit checks: written only under mu, read anywhere.
+	count, bytes atomic.Int64
+	dirty        atomic.Bool // applied since the last checkpoint
 
 	batch publishBatch // publishes gathering for one append; its own mutex (batch.go)
 
-	ckptMu    sync.Mutex // one checkpoint of this partition at a time; guards logClosed
+	ckptMu    sync.Mutex // held across one checkpoint of this partition; guards logClosed
 	logClosed bool       // set by queue.close: later checkpoints find nothing to do
 
-	count, bytes atomic.Int64 // mirrors st.count and st.bytes for lock-free limit checks
-	dirty        atomic.Bool  // applied since the last checkpoint
-
+	// Signals. kick wakes the dispatcher, which owns its timer; closing is
+	// closed once, by close.
 	kick      chan struct{}
 	closing   chan struct{}
 	closeOnce sync.Once
-	wg        sync.WaitGroup
+	wg        sync.WaitGroup // the applier and the dispatcher
 }
 
 type pendingAppend struct {
 	c       *wal.Completion
 	entries []wal.Entry
 	done    func(wal.AppendResult, error) // after apply, on the applier goroutine
-}
-
-type lease struct {
-	tag      uint64
-	sub      *Subscription
-	offset   uint64
-	deadline time.Time
-	index    int // in the expiry heap
 }
 
 type dedupeRecord struct {
@@ -74,10 +74,10 @@ type dedupeRecord struct {
 
 func openPartition(q *queue, idx int, log *wal.Log, st *partitionState, gate ReplicaGate) *partition {
 	p := &partition{
-		q: q, idx: idx, log: log, st: st, gate: gate,
+		q: q, idx: idx, log: log, gate: gate,
 		dur:     wal.AfterFsync,
 		applyCh: make(chan pendingAppend, 1024),
-		leases:  make(map[uint64]*lease),
+		core:    newDispatchCore[*Subscription](st),
 		kick:    make(chan struct{}, 1),
 		closing: make(chan struct{}),
 	}
@@ -173,7 +173,7 @@ func (p *partition) apply(first uint64, entries []wal.Entry) error {
 	p.mu.Lock()
 	for i, e := range entries {
 		off := first + uint64(i)
-		eff, err := p.st.apply(wal.Record{Offset: off, Type: e.Type, Payload: e.Payload}, p.q.cfg().MaxDeliveries)
+		eff, err := p.core.st.apply(wal.Record{Offset: off, Type: e.Type, Payload: e.Payload}, p.q.cfg().MaxDeliveries)
 		if err != nil {
 			p.mu.Unlock()
 			return fmt.Errorf("queue %s partition %d: %w", p.q.cfg().Name, p.idx, err)
@@ -188,8 +188,7 @@ func (p *partition) apply(first uint64, entries []wal.Entry) error {
 			}
 		}
 	}
-	p.count.Store(p.st.count)
-	p.bytes.Store(p.st.bytes)
+	p.mirrorLocked()
 	p.mu.Unlock()
 	p.dirty.Store(true)
 	p.q.b.markDirty(p)
@@ -200,9 +199,15 @@ func (p *partition) apply(first uint64, entries []wal.Entry) error {
 	return nil
 }
 
+// mirrorLocked publishes the state's size to the lock-free mirrors.
+func (p *partition) mirrorLocked() {
+	p.count.Store(p.core.st.count)
+	p.bytes.Store(p.core.st.bytes)
+}
+
 // rememberLocked keeps a published message id for the dedupe window.
 func (p *partition) rememberLocked(off uint64) {
-	m := p.st.msgs[off]
+	m := p.core.st.msgs[off]
 	window := p.q.cfg().DedupeWindow
 	if m == nil || m.id == "" || window <= 0 {
 		return
@@ -243,55 +248,28 @@ func (p *partition) runDispatcher() {
 			p.deliver(d)
 		}
 		p.mu.Lock()
-		if len(p.expiry) > 0 {
-			timer.Reset(time.Until(p.expiry[0].deadline))
-		}
+		next, ok := p.core.nextDeadline()
 		p.mu.Unlock()
+		if ok {
+			timer.Reset(time.Until(next))
+		}
 	}
 }
 
-type dispatch struct {
-	sub        *Subscription
-	tag        uint64
-	offset     uint64
-	deliveries uint32
-}
-
-// leaseReady pairs ready messages with subscriptions that have credit,
-// round robin, lowest offset first.
-func (p *partition) leaseReady(now time.Time) []dispatch {
+// leaseReady leases what the core dispatches and records each lease with
+// its subscription.
+func (p *partition) leaseReady(now time.Time) []dispatch[*Subscription] {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var out []dispatch
-	for len(p.subs) > 0 {
-		progressed := false
-		for range p.subs {
-			sub := p.subs[p.rr%len(p.subs)]
-			p.rr++
-			if !sub.takeCredit() {
-				continue
-			}
-			m := p.st.nextReady()
-			if m == nil {
-				sub.returnCredit()
-				return out
-			}
-			l := &lease{tag: p.q.b.nextTag.Add(1), sub: sub, offset: m.offset, deadline: now.Add(p.q.cfg().AckDeadline)}
-			p.leases[l.tag] = l
-			heap.Push(&p.expiry, l)
-			sub.hold(l.tag, p)
-			out = append(out, dispatch{sub: sub, tag: l.tag, offset: m.offset, deliveries: m.deliveries + 1})
-			progressed = true
-		}
-		if !progressed {
-			break
-		}
+	ds := p.core.dispatch(now, p.q.cfg().AckDeadline, func() uint64 { return p.q.b.nextTag.Add(1) })
+	for _, d := range ds {
+		d.sub.hold(d.tag, p)
 	}
-	return out
+	return ds
 }
 
 // deliver reads a leased message's body and hands it to its subscription.
-func (p *partition) deliver(d dispatch) {
+func (p *partition) deliver(d dispatch[*Subscription]) {
 	rec, err := p.read(d.offset)
 	var pub publishRecord
 	if err == nil {
@@ -320,50 +298,34 @@ func (p *partition) deliver(d dispatch) {
 // more delivery counted, through the log.
 func (p *partition) expire(now time.Time) {
 	p.mu.Lock()
-	var offs []uint64
-	for len(p.expiry) > 0 && !p.expiry[0].deadline.After(now) {
-		l := p.expiry[0]
-		p.dropLeaseLocked(l)
-		if m := p.st.msgs[l.offset]; m != nil {
-			m.status = msgSettling
-		}
-		offs = append(offs, l.offset)
-	}
+	ended := p.core.expire(now)
+	p.releaseLocked(ended)
 	p.mu.Unlock()
-	if len(offs) > 0 {
-		p.q.counters.expired.Add(int64(len(offs)))
-		p.submit(settleEntries(recExpire, offs), p.logSettleError)
+	if len(ended) > 0 {
+		p.q.counters.expired.Add(int64(len(ended)))
+		p.submit(settleEntries(recExpire, leaseOffsets(ended)), p.logSettleError)
 	}
 }
 
-// dropLeaseLocked forgets a lease and gives its subscription the credit back.
-func (p *partition) dropLeaseLocked(l *lease) {
-	delete(p.leases, l.tag)
-	heap.Remove(&p.expiry, l.index)
-	l.sub.release(l.tag)
+// releaseLocked gives the credit of ended leases back to their
+// subscriptions.
+func (p *partition) releaseLocked(ended []*lease[*Subscription]) {
+	for _, l := range ended {
+		l.sub.release(l.tag)
+	}
 }
 
 // settle applies a consumer's decision on tags it holds on this partition.
 // It returns the tags this subscription does not hold here.
 func (p *partition) settle(sub *Subscription, tags []uint64, kind byte) (stale []uint64) {
-	var offs []uint64
 	p.mu.Lock()
-	for _, tag := range tags {
-		l, ok := p.leases[tag]
-		if !ok || l.sub != sub {
-			stale = append(stale, tag)
-			continue
-		}
-		p.dropLeaseLocked(l)
-		if m := p.st.msgs[l.offset]; m != nil {
-			m.status = msgSettling
-		}
-		offs = append(offs, l.offset)
-	}
+	ended, stale := p.core.settle(sub, tags)
+	p.releaseLocked(ended)
 	p.mu.Unlock()
-	if len(offs) == 0 {
+	if len(ended) == 0 {
 		return stale
 	}
+	offs := leaseOffsets(ended)
 	switch {
 	case kind == recDiscard && p.q.cfg().DeadLetter != "":
 		p.q.b.bg.Go(func() { p.deadLetter(offs, "rejected") })
@@ -419,7 +381,7 @@ func (p *partition) deadLetter(offs []uint64, reason string) {
 			p.q.b.log.Error("dead-letter copy failed; message stays ready", "queue", p.q.cfg().Name,
 				"dead_letter", dlq, "offset", off, "err", err)
 			p.mu.Lock()
-			p.st.unlease(off)
+			p.core.st.unlease(off)
 			p.mu.Unlock()
 			p.wake()
 			continue
@@ -443,25 +405,14 @@ func (p *partition) deadLetter(offs []uint64, reason string) {
 // leases to ready without counting a delivery.
 func (p *partition) addSub(s *Subscription) {
 	p.mu.Lock()
-	p.subs = append(p.subs, s)
+	p.core.addSub(s)
 	p.mu.Unlock()
 	p.wake()
 }
 
 func (p *partition) removeSub(s *Subscription) {
 	p.mu.Lock()
-	for i, x := range p.subs {
-		if x == s {
-			p.subs = append(p.subs[:i], p.subs[i+1:]...)
-			break
-		}
-	}
-	for _, l := range p.leases {
-		if l.sub == s {
-			p.dropLeaseLocked(l)
-			p.st.unlease(l.offset)
-		}
-	}
+	p.releaseLocked(p.core.removeSub(s))
 	p.mu.Unlock()
 	p.wake()
 }
@@ -470,7 +421,7 @@ func (p *partition) removeSub(s *Subscription) {
 func (p *partition) takeOldest() (uint64, int64, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	m := p.st.oldestReady()
+	m := p.core.st.oldestReady()
 	if m == nil {
 		return 0, 0, false
 	}
@@ -500,25 +451,3 @@ func (p *partition) close() {
 
 // sync makes everything appended so far durable.
 func (p *partition) sync(ctx context.Context) error { return p.log.Sync(ctx) }
-
-type leaseHeap []*lease
-
-func (h leaseHeap) Len() int           { return len(h) }
-func (h leaseHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
-func (h leaseHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *leaseHeap) Push(x any) {
-	l := x.(*lease)
-	l.index = len(*h)
-	*h = append(*h, l)
-}
-func (h *leaseHeap) Pop() any {
-	old := *h
-	l := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	l.index = -1
-	return l
-}

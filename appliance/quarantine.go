@@ -63,12 +63,8 @@ func (p *partition) quarantineLive(err error) bool {
 		return false
 	}
 	p.mu.Lock()
-	for tag, l := range p.leases {
-		if l.offset >= hole.From && l.offset < hole.To {
-			p.dropLeaseLocked(p.leases[tag])
-		}
-	}
-	lost := p.st.dropRange(hole.From, hole.To)
+	ended, lost := p.core.dropRange(hole.From, hole.To)
+	p.releaseLocked(ended)
 	known := false
 	for i := range p.quarantined {
 		if p.quarantined[i].Hole.From == hole.From {
@@ -79,8 +75,7 @@ func (p *partition) quarantineLive(err error) bool {
 	if !known {
 		p.quarantined = append(p.quarantined, quarantineRecord{Hole: hole, Lost: lost})
 	}
-	p.count.Store(p.st.count)
-	p.bytes.Store(p.st.bytes)
+	p.mirrorLocked()
 	p.mu.Unlock()
 	p.q.counters.lostQuarantined.Add(lost)
 	p.dirty.Store(true)

@@ -35,12 +35,12 @@ func partitionStates(t testing.TB, b *Broker, name string) []map[uint64]msgState
 	out := make([]map[uint64]msgState, len(q.parts))
 	for i, p := range q.parts {
 		p.mu.Lock()
-		out[i] = make(map[uint64]msgState, len(p.st.msgs))
-		for off, m := range p.st.msgs {
+		out[i] = make(map[uint64]msgState, len(p.core.st.msgs))
+		for off, m := range p.core.st.msgs {
 			out[i][off] = msgState{deliveries: m.deliveries, size: m.size, id: m.id, at: m.at.UnixNano()}
 		}
-		if int64(len(p.st.msgs)) != p.st.count {
-			t.Errorf("partition %d counts %d messages and holds %d", i, p.st.count, len(p.st.msgs))
+		if int64(len(p.core.st.msgs)) != p.core.st.count {
+			t.Errorf("partition %d counts %d messages and holds %d", i, p.core.st.count, len(p.core.st.msgs))
 		}
 		p.mu.Unlock()
 	}
