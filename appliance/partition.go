@@ -72,20 +72,23 @@ type dedupeRecord struct {
 	At     time.Time
 }
 
-func openPartition(q *queue, idx int, log *wal.Log, st *partitionState, gate ReplicaGate) *partition {
+// openPartition starts a partition on its rebuilt state.
+func openPartition(q *queue, idx int, log *wal.Log, rp *replayer, gate ReplicaGate) *partition {
 	p := &partition{
 		q: q, idx: idx, log: log, gate: gate,
-		dur:     wal.AfterFsync,
-		applyCh: make(chan pendingAppend, 1024),
-		core:    newDispatchCore[*Subscription](st),
-		kick:    make(chan struct{}, 1),
-		closing: make(chan struct{}),
+		dur:         wal.AfterFsync,
+		applyCh:     make(chan pendingAppend, 1024),
+		core:        newDispatchCore[*Subscription](rp.st),
+		dedupe:      rp.dedupe,
+		quarantined: rp.quarantined,
+		kick:        make(chan struct{}, 1),
+		closing:     make(chan struct{}),
 	}
 	if q.cfg().Durability == Buffered {
 		p.dur = wal.AfterFlush
 	}
-	p.count.Store(st.count)
-	p.bytes.Store(st.bytes)
+	p.count.Store(rp.st.count)
+	p.bytes.Store(rp.st.bytes)
 	p.wg.Add(2)
 	go p.runApplier()
 	go p.runDispatcher()

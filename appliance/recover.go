@@ -64,9 +64,7 @@ func (b *Broker) openPartition(q *queue, idx int) (*partition, error) {
 	if r := b.opts.Replication; r != nil {
 		gate = r.Attach(q.cfg().Name, idx, *q.cfg(), log)
 	}
-	p := openPartition(q, idx, log, rp.st, gate)
-	p.dedupe = rp.dedupe
-	p.quarantined = rp.quarantined
+	p := openPartition(q, idx, log, rp, gate)
 	if len(rp.over) > 0 {
 		p.q.b.bg.Go(func() { p.deadLetter(rp.over, "max-deliveries") })
 	}
