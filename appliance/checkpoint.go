@@ -74,22 +74,22 @@ func (b *Broker) checkpointPartition(p *partition) error {
 	p.mu.Lock()
 	snap := p.core.st.capture()
 	snap.Dedupe = append([]dedupeRecord(nil), p.dedupe...)
-	p.dirty.Store(false)
+	p.dirty = false
 	p.mu.Unlock()
 	// 2. Sync the log to the boundary and check the durable frontier.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := p.log.Sync(ctx); err != nil {
-		p.dirty.Store(true)
+		p.setDirty()
 		return fmt.Errorf("checkpoint %s/%d: sync: %w", p.q.cfg().Name, p.idx, err)
 	}
 	if d := p.log.DurableNext(); d < snap.Boundary {
-		p.dirty.Store(true)
+		p.setDirty()
 		return fmt.Errorf("checkpoint %s/%d: durable %d below boundary %d", p.q.cfg().Name, p.idx, d, snap.Boundary)
 	}
 	// 3. Store the snapshot.
 	if err := b.meta.putSnapshot(p.q.cfg().Name, p.idx, snap); err != nil {
-		p.dirty.Store(true)
+		p.setDirty()
 		return err
 	}
 	b.log.Debug("checkpoint stored", "queue", p.q.cfg().Name, "partition", p.idx, "boundary", snap.Boundary)
@@ -105,4 +105,17 @@ func (b *Broker) checkpointPartition(p *partition) error {
 		return fmt.Errorf("checkpoint %s/%d: retention: %w", p.q.cfg().Name, p.idx, err)
 	}
 	return nil
+}
+
+// setDirty and isDirty read and write the flag a checkpoint clears.
+func (p *partition) setDirty() {
+	p.mu.Lock()
+	p.dirty = true
+	p.mu.Unlock()
+}
+
+func (p *partition) isDirty() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dirty
 }

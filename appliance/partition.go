@@ -41,11 +41,11 @@ type partition struct {
 	core        dispatchCore[*Subscription] // the applied state, leases and subscriptions
 	dedupe      []dedupeRecord              // recent message ids, for snapshots
 	quarantined []quarantineRecord
+	dirty       bool // applied since the last checkpoint
 
 	// count and bytes mirror core.st.count and core.st.bytes for the
 	// queue's lock-free limit checks: written only under mu, read anywhere.
 	count, bytes atomic.Int64
-	dirty        atomic.Bool // applied since the last checkpoint
 
 	batch publishBatch // publishes gathering for one append; its own mutex (batch.go)
 
@@ -192,8 +192,8 @@ func (p *partition) apply(first uint64, entries []wal.Entry) error {
 		}
 	}
 	p.mirrorLocked()
+	p.dirty = true
 	p.mu.Unlock()
-	p.dirty.Store(true)
 	p.q.b.markDirty(p)
 	p.wake()
 	if len(over) > 0 {

@@ -76,9 +76,9 @@ func (p *partition) quarantineLive(err error) bool {
 		p.quarantined = append(p.quarantined, quarantineRecord{Hole: hole, Lost: lost})
 	}
 	p.mirrorLocked()
+	p.dirty = true
 	p.mu.Unlock()
 	p.q.counters.lostQuarantined.Add(lost)
-	p.dirty.Store(true)
 	p.q.b.markDirty(p)
 	return true
 }

@@ -203,7 +203,7 @@ func (q *queue) close(b *Broker) error {
 	var errs []error
 	for _, p := range q.parts {
 		p.close()
-		if p.dirty.Load() {
+		if p.isDirty() {
 			if err := b.checkpointPartition(p); err != nil {
 				errs = append(errs, err)
 			}
