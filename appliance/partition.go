@@ -20,6 +20,10 @@ import (
 // applier goroutine, in log order. The decisions about leases and dispatch
 // are made by core (lease.go), which does no I/O; the methods here take
 // the lock, ask the core, and carry out what it returns.
+//
+// Each piece of mutable state has one owner, named by the comment on its
+// group. Lock order: ckptMu, then mu, then Subscription.mu; mu is never
+// taken with submitMu or batch.mu held.
 type partition struct {
 	// Set at open, never changed. The log is safe for concurrent use.
 	q    *queue

@@ -39,7 +39,10 @@ type Subscription struct {
 	q       *queue
 	deliver func(Delivery)
 
-	mu     sync.Mutex // guards credit, held and closed
+	// mu guards credit, held and closed: the subscription's own state,
+	// shared by its partitions. A partition takes it with its own mutex
+	// held (partition.mu before Subscription.mu), never the other way.
+	mu     sync.Mutex
 	credit int
 	held   map[uint64]*partition // tag -> partition holding its lease
 	closed bool
