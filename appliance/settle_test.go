@@ -178,6 +178,11 @@ func TestNackDeadLetterUnderItsOwnMode(t *testing.T) {
 	}
 }
 
+// TestLeaseExpiryRedelivers covers the wiring of a real expiry: the
+// dispatcher's timer fires, the expiry is appended and applied, and the
+// message goes out again. When leases expire and what expiry does to them
+// is decided by the dispatch core and tested there at exact instants
+// (lease_test.go).
 func TestLeaseExpiryRedelivers(t *testing.T) {
 	ctx := testCtx(t)
 	b := openBroker(t, vfs.NewMem(), "data", Options{Logger: quietLogger()})
@@ -205,25 +210,22 @@ func TestLeaseExpiryRedelivers(t *testing.T) {
 	}
 }
 
+// TestMaxDeliveries ends deliveries by nack; that expiry counts towards
+// max deliveries the same way is tested on the core at exact instants
+// (TestExpiryRedeliversUpToMaxDeliveries).
 func TestMaxDeliveries(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		dlq    string
-		expire bool // end deliveries by lease expiry instead of a nack
+		name string
+		dlq  string
 	}{
 		{name: "nack to dead letter", dlq: "dead"},
-		{name: "expiry to dead letter", dlq: "dead", expire: true},
 		{name: "nack without dead letter"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t)
 			b := openBroker(t, vfs.NewMem(), "data", Options{Logger: quietLogger()})
 			defer b.Close()
-			cfg := QueueConfig{Name: "q", MaxDeliveries: 3, DeadLetter: tc.dlq}
-			if tc.expire {
-				cfg.AckDeadline = 20 * time.Millisecond
-			}
-			declare(t, ctx, b, cfg)
+			declare(t, ctx, b, QueueConfig{Name: "q", MaxDeliveries: 3, DeadLetter: tc.dlq})
 			publish(t, ctx, b, "q", Message{Body: []byte("poison")})
 			sub, c := subscribe(t, b, "q", 1)
 			for want := uint32(1); want <= 3; want++ {
@@ -231,10 +233,8 @@ func TestMaxDeliveries(t *testing.T) {
 				if string(d.Body) != "poison" || d.Deliveries != want {
 					t.Fatalf("delivery %d: %q deliveries %d", want, d.Body, d.Deliveries)
 				}
-				if !tc.expire {
-					if err := sub.Nack(true, d.Tag); err != nil {
-						t.Fatal(err)
-					}
+				if err := sub.Nack(true, d.Tag); err != nil {
+					t.Fatal(err)
 				}
 			}
 			// The third delivery ended: the poison message leaves.
