@@ -47,6 +47,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $$((80000 * $(FUZZSCALE)))x ./appliance/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $$((80000 * $(FUZZSCALE)))x ./federation/replication
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeLog$$' -fuzztime $$((80000 * $(FUZZSCALE)))x ./federation/raftstore
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEvents$$' -fuzztime $$((40000 * $(FUZZSCALE)))x ./appliance
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSnapshot$$' -fuzztime $$((40000 * $(FUZZSCALE)))x ./appliance
+	$(GO) test -run '^$$' -fuzz '^FuzzApplyCommand$$' -fuzztime $$((40000 * $(FUZZSCALE)))x ./federation/control
+	$(GO) test -run '^$$' -fuzz '^FuzzSubjectMapping$$' -fuzztime $$((40000 * $(FUZZSCALE)))x ./bridge
 
 # Go benchmarks of the packages, then the log benchmark matrix.
 bench:

@@ -1,5 +1,51 @@
-// Package appliance is the Fibril broker: declared queues, each a set of
-// partition logs, with declarations, settings and snapshots in Pebble.
+// Package appliance is the solo Fibril broker: declared queues, each a set
+// of partitions, each partition one log (package wal) holding publishes and
+// settle events together; leases, settles, dead letters, dedupe, limits and
+// checkpoints; declarations, runtime settings and snapshots in Pebble. It
+// runs without the cluster: package federation plugs in through the
+// Replication and ReplicaGate hooks, and nothing here imports it.
+//
+// Its subpackages: wire (the client protocol's frames), server (the
+// protocol server), client (the Go client), admin (the HTTP API and
+// metrics, with the view types it renders) and dashboard.
+//
+// # State
+//
+// A partition's state is applied only after its append completes at the
+// queue's boundary (written for buffered, durable for durable) and, in a
+// cluster, only once the replica gate passes it. At open, the state is
+// rebuilt from the last snapshot and a replay of the log after it
+// (recover.go).
+//
+// # Metadata store (Pebble, every write synced)
+//
+//	q/<queue>              QueueConfig as JSON (field names pinned by tags)
+//	s/settings             Settings as JSON (keys are the setting names)
+//	c/<queue>/<partition>  partition snapshot, binary (snapshot.go)
+//
+// A snapshot is recovery authority for its partition once stored: it is
+// written only after the log is synced past its boundary (checkpoint.go).
+//
+//	snapshot: u32 crc32c of the rest | u64 boundary | u32 n | n × message | u32 m | m × dedupe
+//	message:  u64 offset | u32 deliveries | u64 size | i64 unix nanos | u16 len id | id
+//	dedupe:   u64 offset | i64 unix nanos | u16 len id | id
+//
+// # Log records (the payload of a wal record; little endian)
+//
+//	type 1 publish       i64 unix nanos | u16 len id | id | u16 n headers | n × (u16 k | k | u16 v | v) | body
+//	type 2 ack           u64 offset settled
+//	type 3 release       u64 offset (ready again, one more delivery counted)
+//	type 4 discard       u64 offset
+//	type 5 dead-letter   u64 offset (its copy went to the dead-letter queue)
+//	type 6 expire        u64 offset (lease expired: ready again, one more delivery)
+//
+// testdata/golden holds each of these formats as this version writes them;
+// a test keeps later versions decoding them.
+//
+// # Errors
+//
+// Catalog (errors.go) is the one ordered mapping of the sentinel errors to
+// the wire protocol's codes and the admin API's HTTP statuses.
 //
 // # Partitions
 //

@@ -80,16 +80,13 @@ type dedupeRecord struct {
 func openPartition(q *queue, idx int, log *wal.Log, rp *replayer, gate ReplicaGate) *partition {
 	p := &partition{
 		q: q, idx: idx, log: log, gate: gate,
-		dur:         wal.AfterFsync,
+		dur:         appendBoundary(q.cfg().Durability),
 		applyCh:     make(chan pendingAppend, 1024),
 		core:        newDispatchCore[*Subscription](rp.st),
 		dedupe:      rp.dedupe,
 		quarantined: rp.quarantined,
 		kick:        make(chan struct{}, 1),
 		closing:     make(chan struct{}),
-	}
-	if q.cfg().Durability == Buffered {
-		p.dur = wal.AfterFlush
 	}
 	p.count.Store(rp.st.count)
 	p.bytes.Store(rp.st.bytes)
