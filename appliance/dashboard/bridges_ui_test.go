@@ -1,15 +1,12 @@
 package dashboard
 
 import (
-	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/appliance/admin"
 )
 
@@ -22,11 +19,11 @@ func TestDashboardBridges(t *testing.T) {
 	report := admin.BridgeStats{Name: "site", State: admin.BridgeReconnecting, Blocked: true,
 		LastError: "fibril: publish to alerts: not_found", MissingQueues: []string{"alerts"},
 		Dropped: map[string]uint64{"not_found": 3}}
-	base := startBridgeNode(t, func() []admin.BridgeStats {
+	base, _ := startNode(t, admin.Options{Bridges: func() []admin.BridgeStats {
 		mu.Lock()
 		defer mu.Unlock()
 		return []admin.BridgeStats{report}
-	})
+	}})
 	b := startBrowser(t, 1280, 900)
 	card := `main[data-page="bridges"] article[data-bridge="site"]`
 
@@ -61,23 +58,4 @@ func TestDashboardBridges(t *testing.T) {
 		`'scrollWidth ' + document.documentElement.scrollWidth + ' innerWidth ' + window.innerWidth`)
 	b.screenshot(t, "dashboard-bridges-375px.png")
 	b.checkNoExceptions(t)
-}
-
-// startBridgeNode serves the admin API and the dashboard over a fresh
-// broker, with bridges reporting through stats; it returns the base URL.
-func startBridgeNode(t *testing.T, stats func() []admin.BridgeStats) string {
-	t.Helper()
-	quiet := slog.New(slog.DiscardHandler)
-	b, err := appliance.Open(appliance.Options{DataDir: t.TempDir(), Logger: quiet})
-	if err != nil {
-		t.Fatalf("open broker: %v", err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	srv, err := admin.New(b, admin.Options{UI: Handler(), Logger: quiet, Bridges: stats})
-	if err != nil {
-		t.Fatalf("admin server: %v", err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	return hs.URL
 }

@@ -1,15 +1,12 @@
 package dashboard
 
 import (
-	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/appliance/admin"
 )
 
@@ -54,11 +51,11 @@ func clusterView() admin.ClusterView {
 func TestDashboardCluster(t *testing.T) {
 	var mu sync.Mutex
 	view := clusterView()
-	base := startClusterNode(t, func() (admin.ClusterView, bool) {
+	base, _ := startNode(t, admin.Options{Cluster: func() (admin.ClusterView, bool) {
 		mu.Lock()
 		defer mu.Unlock()
 		return view, true
-	})
+	}})
 	b := startBrowser(t, 1280, 900)
 	page := `main[data-page="cluster"] `
 	orders := page + `article[data-queue="orders"] `
@@ -128,7 +125,7 @@ func TestDashboardCluster(t *testing.T) {
 // TestDashboardSoloHasNoClusterLink: on a solo node the Cluster link stays
 // hidden, and the page, opened by hand, says the node is not a member.
 func TestDashboardSoloHasNoClusterLink(t *testing.T) {
-	base := startClusterNode(t, nil)
+	base, _ := startNode(t, admin.Options{})
 	b := startBrowser(t, 800, 600)
 	b.do(t, "open the cluster page", chromedp.Navigate(base+"/#/cluster"),
 		chromedp.WaitVisible(chromedp.CSS(`main[data-page="cluster"] [data-field="not-clustered"]`)))
@@ -139,24 +136,4 @@ func TestDashboardSoloHasNoClusterLink(t *testing.T) {
 		t.Errorf("the Cluster link on a solo node: hidden %v (%v)", hidden, err)
 	}
 	b.checkNoExceptions(t)
-}
-
-// startClusterNode serves the admin API and the dashboard over a fresh
-// broker, with cluster reporting the view (nil: a solo node); it returns
-// the base URL.
-func startClusterNode(t *testing.T, cluster func() (admin.ClusterView, bool)) string {
-	t.Helper()
-	quiet := slog.New(slog.DiscardHandler)
-	b, err := appliance.Open(appliance.Options{DataDir: t.TempDir(), Logger: quiet})
-	if err != nil {
-		t.Fatalf("open broker: %v", err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	srv, err := admin.New(b, admin.Options{UI: Handler(), Logger: quiet, Cluster: cluster})
-	if err != nil {
-		t.Fatalf("admin server: %v", err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	return hs.URL
 }

@@ -76,7 +76,7 @@ func syncInterval(t *testing.T, base string) float64 {
 // node page shows the data directory's disk, and every page fits a 375 px
 // screen.
 func TestDashboardInBrowser(t *testing.T) {
-	base, dataDir := startNode(t)
+	base, dataDir := startNode(t, admin.Options{})
 	b := startBrowser(t, 1280, 900)
 	const queue = "clicks.eu-west"
 	card := fmt.Sprintf(`article[data-queue=%q]`, queue)
@@ -172,7 +172,7 @@ func TestDashboardInBrowser(t *testing.T) {
 // TestDashboardToken: with tokens configured the page asks for one, and
 // uses it once given.
 func TestDashboardToken(t *testing.T) {
-	base, _ := startNode(t, "s3cret")
+	base, _ := startNode(t, admin.Options{Tokens: []string{"s3cret"}})
 	b := startBrowser(t, 800, 600)
 	b.do(t, "open the page without a token", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(`#auth-token`)))
 	b.waitFor(t, "the status to report the refusal", textOf(`#status`)+`.includes('401')`, textOf(`#status`))
@@ -182,9 +182,10 @@ func TestDashboardToken(t *testing.T) {
 }
 
 // startNode opens a broker in a temporary directory and serves the admin
-// API over it with the dashboard at "/", as fibrild does; it returns the
-// base URL and the data directory. Everything closes when the test ends.
-func startNode(t *testing.T, tokens ...string) (base, dataDir string) {
+// API over it with the dashboard at "/", as fibrild does, with opts'
+// tokens and reports (cluster, bridges); it returns the base URL and the
+// data directory. Everything closes when the test ends.
+func startNode(t *testing.T, opts admin.Options) (base, dataDir string) {
 	t.Helper()
 	metrics := admin.NewMetrics()
 	quiet := slog.New(slog.DiscardHandler)
@@ -199,7 +200,8 @@ func startNode(t *testing.T, tokens ...string) (base, dataDir string) {
 			t.Errorf("close broker: %v", err)
 		}
 	})
-	srv, err := admin.New(b, admin.Options{UI: Handler(), Metrics: metrics, Logger: quiet, Tokens: tokens})
+	opts.UI, opts.Metrics, opts.Logger = Handler(), metrics, quiet
+	srv, err := admin.New(b, opts)
 	if err != nil {
 		t.Fatalf("admin server: %v", err)
 	}
