@@ -2,6 +2,8 @@ package federation
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -58,6 +60,9 @@ type Cluster struct {
 
 	nodeSet chan struct{} // closed once node is set: the follower's hooks wait for it
 
+	replicaDir string // this node's copies, and the histories of what it owns
+	replicaFS  vfs.FS
+
 	forwardOpts client.Options
 	fwdMu       sync.Mutex // guards forward
 	forward     map[string]*client.Client
@@ -79,7 +84,10 @@ func OpenCluster(o ClusterOptions) (*Cluster, error) {
 	}
 	c := &Cluster{log: logger.With("node", o.Node.ID), owned: map[string]*ownedPartition{},
 		declared: map[string]uint64{}, nodeSet: make(chan struct{}), stop: make(chan struct{}),
-		forwardOpts: o.Forward, forward: map[string]*client.Client{}}
+		forwardOpts: o.Forward, forward: map[string]*client.Client{}, replicaDir: o.ReplicaDir, replicaFS: o.ReplicaFS}
+	if c.replicaFS == nil {
+		c.replicaFS = vfs.Default
+	}
 	c.follower = replication.NewFollower(replication.FollowerOptions{Dir: o.ReplicaDir, FS: o.ReplicaFS,
 		SegmentSize: o.ReplicaSegmentSize, Logger: c.log, Accept: c.accept, Keep: c.keeps})
 	o.Node.Replica = c.follower.Serve
@@ -305,7 +313,7 @@ func ownedKey(queue string, partition int) string { return queue + "/" + strconv
 // retention removes nothing, until the assignment says which copies count.
 func (c *Cluster) Attach(queue string, partition int, cfg appliance.QueueConfig, log *wal.Log) appliance.ReplicaGate {
 	op := &ownedPartition{c: c, queue: queue, partition: partition, key: ownedKey(queue, partition),
-		durability: cfg.Durability, log: log, ready: make(chan struct{})}
+		durability: cfg.Durability, log: log, ready: make(chan struct{}), history: c.beginInstance(queue, partition, log)}
 	c.mu.Lock()
 	c.owned[op.key] = op
 	c.mu.Unlock()
@@ -317,6 +325,36 @@ func (c *Cluster) Attach(queue string, partition int, cfg appliance.QueueConfig,
 			"queue", queue, "partition", partition)
 	}
 	return op
+}
+
+// ownedHistoryDir holds the histories of the partitions this node owns,
+// under the replica directory: "_owned" cannot be a queue name, so the
+// store of copies leaves it alone.
+const ownedHistoryDir = "_owned"
+
+// beginInstance starts a new instance of an owned partition's log: every
+// open is one, since a power cut may have cut the log back and the
+// offsets written from here on are not those written before. The new
+// instance is in the history, synced, before any record of it is
+// streamed. A history that cannot be saved is logged: followers then
+// take this instance's records, and after the next open the history does
+// not know it, so they are refused as diverged rather than counted.
+func (c *Cluster) beginInstance(queue string, partition int, log *wal.Log) replication.History {
+	fs := c.replicaFS
+	dir := fs.PathJoin(c.replicaDir, ownedHistoryDir, queue, strconv.Itoa(partition))
+	h, err := replication.LoadHistory(fs, dir)
+	if err != nil {
+		c.log.Error("owned partition's history unreadable; starting a new one", "queue", queue, "partition", partition, "err", err)
+		h = nil
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	instance := binary.LittleEndian.Uint64(id[:]) | 1 // never the legacy instance 0
+	h = h.Start(log.Head()).Begin(instance, log.WrittenNext())
+	if err := replication.SaveHistory(fs, dir, h); err != nil {
+		c.log.Error("owned partition's history not saved", "queue", queue, "partition", partition, "err", err)
+	}
+	return h
 }
 
 // Gate returns the gate of a partition this node owns, once its

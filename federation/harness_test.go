@@ -80,7 +80,7 @@ type clusterNode struct {
 	clientAddr  string // "" without a client server
 	peers       []Peer
 	bootstrap   bool
-	fs          vfs.FS
+	fs          *vfs.MemFS
 	replicaFS   vfs.FS
 	syncs       *syncprobe.Probe
 	removed     *removals
@@ -99,10 +99,8 @@ func newNode(t *testing.T, id string, o nodeOptions) (n *clusterNode, ln, client
 	if err != nil {
 		t.Fatal(err)
 	}
-	n = &clusterNode{id: id, raftDir: t.TempDir(), clusterAddr: ln.Addr().String(), fs: vfs.NewCrashableMem(), removed: &removals{}}
-	var gated vfs.FS
-	n.syncs, gated = syncprobe.New(n.fs, func(string) bool { return true })
-	n.replicaFS = errorfs.Wrap(gated, errorfs.InjectorFunc(n.removed.record))
+	n = &clusterNode{id: id, raftDir: t.TempDir(), clusterAddr: ln.Addr().String()}
+	n.useFS(vfs.NewCrashableMem())
 	if o.clients {
 		if clientLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 			ln.Close()
@@ -111,6 +109,26 @@ func newNode(t *testing.T, id string, o nodeOptions) (n *clusterNode, ln, client
 		n.clientAddr = clientLn.Addr().String()
 	}
 	return n, ln, clientLn
+}
+
+// useFS puts the node's queues and copies on fs, the copies through the
+// sync probe and the removal recorder.
+func (n *clusterNode) useFS(fs *vfs.MemFS) {
+	n.fs, n.removed = fs, &removals{}
+	var gated vfs.FS
+	n.syncs, gated = syncprobe.New(fs, func(string) bool { return true })
+	n.replicaFS = errorfs.Wrap(gated, errorfs.InjectorFunc(n.removed.record))
+}
+
+// powerCut cuts the node's power: what its queues and copies had not
+// synced is lost, and it starts again on what was. (Its raft directory
+// is on the real disk, where raft syncs every write.)
+func (n *clusterNode) powerCut(t *testing.T) {
+	t.Helper()
+	survived := n.fs.CrashClone(vfs.CrashCloneCfg{})
+	n.close() // what closing writes goes to the old file system, which is gone
+	n.useFS(survived)
+	n.restart(t)
 }
 
 // open starts the node's cluster, broker and (with a client address) its

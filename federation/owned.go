@@ -29,7 +29,8 @@ type ownedPartition struct {
 	key        string
 	durability appliance.Durability
 	log        *wal.Log
-	ready      chan struct{} // closed once gate is set
+	ready      chan struct{}       // closed once gate is set
+	history    replication.History // this instance's, fixed at Attach
 
 	mu        sync.Mutex // guards the fields below
 	gate      *replication.Gate
@@ -120,7 +121,7 @@ func (op *ownedPartition) follow() {
 		}
 		op.streams[f] = replication.StartSender(replication.SenderOptions{
 			Hello: replication.Hello{Epoch: a.Epoch, Incarnation: a.Incarnation, Durability: op.durability, Partition: uint32(op.partition),
-				Queue: op.queue, Owner: op.c.node.opts.ID},
+				Queue: op.queue, Owner: op.c.node.opts.ID, History: op.history},
 			Follower: f,
 			Addr:     addrs[f],
 			Dial:     op.c.node.DialReplica,

@@ -28,7 +28,7 @@ func (c *Cluster) View() admin.ClusterView {
 				pv.Progress = map[string]admin.CopyProgress{}
 				for f, p := range g.Positions() {
 					pv.Progress[f] = admin.CopyProgress{WrittenNext: p.Written, DurableNext: p.Durable,
-						CatchingUp: stats[f].CatchingUp}
+						CatchingUp: stats[f].CatchingUp, Refused: stats[f].LastRefusal}
 				}
 			}
 			qv.Partitions = append(qv.Partitions, pv)

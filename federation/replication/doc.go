@@ -27,7 +27,8 @@
 //
 // little endian, strings and payloads as u32 length + bytes:
 //
-//	Hello    owner → follower  epoch u64 | incarnation u64 | durability u8 | partition u32 | head u64 | queue | owner id
+//	Hello    owner → follower  epoch u64 | incarnation u64 | durability u8 | partition u32 | head u64 | queue | owner id |
+//	                           u32 n | n × (instance u64 | from u64)   (the owner's history, history.go)
 //	Position follower → owner  written u64 | durable u64 (both "next": one past the last record)
 //	Batch    owner → follower  first u64 | catch-up u8 (0 or 1) | count u32 | count × (type u8 | payload)
 //	Refuse   follower → owner  reason
@@ -40,6 +41,21 @@
 // incarnation (the raft index of the queue's declaration) keeps a queue
 // deleted and declared again under the same name from finding the old
 // queue's copies: each incarnation has its own copy.
+//
+// Then the follower checks that its copy is a prefix of the owner's log:
+// every record it holds lies where the owner's history says the instance
+// that wrote it wrote (history.go; an owner starts a new instance at every
+// open of the partition's log, since a power cut may have cut it back). A
+// copy holding records the owner's log does not (the owner came back
+// shorter and wrote new records there) is refused as diverged and its
+// position never reported, so the owner's gate never counts it; which
+// history the cluster keeps is recovery's decision. A copy that passes
+// records, synced, that what it takes from here on is the owner's history.
+// The owner, too, counts a follower's position only after checking it
+// against its own log.
+//
+// Frames are read into buffers that grow as their bytes arrive, up to
+// MaxFrame: announcing a frame costs a peer nothing.
 //
 // The follower answers an accepted Hello with its Position. A copy that
 // is empty and ends before the owner's head first moves up to the head,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,6 +129,11 @@ func (f *Follower) Serve(c net.Conn) {
 		w.send(Refuse{Reason: err.Error()})
 		return
 	}
+	if err := f.adoptHistory(r, h); err != nil {
+		f.opts.Logger.Error("replica cannot follow", "queue", h.Queue, "partition", h.Partition, "err", err)
+		w.send(Refuse{Reason: err.Error()})
+		return
+	}
 	hello := Position{Written: log.WrittenNext(), Durable: log.DurableNext()}
 	if err := w.send(hello); err != nil {
 		return
@@ -211,6 +217,38 @@ func splitBatch(entries []wal.Entry, limit int64) [][]wal.Entry {
 		size += n
 	}
 	return append(parts, entries[start:])
+}
+
+// ErrDiverged refuses a stream whose owner's log does not hold the copy's
+// records: the copy holds records of an owner instance past where the
+// owner's history ends that instance (the owner came back shorter after a
+// power cut and wrote new records there). The copy's position is not
+// reported, so the owner's gate never counts it; deciding which history
+// the cluster keeps is recovery's.
+var ErrDiverged = errors.New("replication: copy diverged from the owner's log")
+
+// adoptHistory checks, before the copy's position is reported, that the
+// copy is a prefix of the owner's log as the Hello's history describes
+// it, and records that the records it takes from here on are the owner's
+// (history.go). The history is saved, synced, before any of them is
+// appended.
+func (f *Follower) adoptHistory(r *replica, h Hello) error {
+	dir := f.copyDir(r.id)
+	have, err := LoadHistory(f.opts.FS, dir)
+	if err != nil {
+		return err
+	}
+	start, end := r.log.Head(), r.log.WrittenNext()
+	owner := h.History.Start(0)
+	if at := ConsistentEnd(have, start, end, owner); at < end {
+		return fmt.Errorf("%w at offset %d: the copy holds %d records there that the owner's log does not",
+			ErrDiverged, at, end-at)
+	}
+	adopted := have.Start(start).Adopt(owner, end)
+	if slices.Equal(adopted, have) {
+		return nil
+	}
+	return SaveHistory(f.opts.FS, dir, adopted)
 }
 
 // startAtHead moves an empty copy that ends before the owner's head up to

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -39,6 +40,10 @@ type Hello struct {
 	Head  uint64
 	Queue string
 	Owner string
+	// History is the owner's log's history (history.go); its last
+	// interval is the instance writing now. The follower takes the stream
+	// only if its copy is a prefix of the log this history describes.
+	History History
 }
 
 // Position is a follower's progress: written and durable, each one past
@@ -95,6 +100,11 @@ func appendFrame(b []byte, f Frame) []byte {
 		b = binary.LittleEndian.AppendUint64(b, f.Head)
 		b = appendBytes(b, []byte(f.Queue))
 		b = appendBytes(b, []byte(f.Owner))
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(f.History)))
+		for _, iv := range f.History {
+			b = binary.LittleEndian.AppendUint64(b, iv.Instance)
+			b = binary.LittleEndian.AppendUint64(b, iv.From)
+		}
 	case Position:
 		b = binary.LittleEndian.AppendUint64(b, f.Written)
 		b = binary.LittleEndian.AppendUint64(b, f.Durable)
@@ -135,11 +145,13 @@ func readFrame(r *bufio.Reader) (Frame, error) {
 	if n < 1 || n > MaxFrame {
 		return nil, fmt.Errorf("%w: length %d", ErrFrame, n)
 	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
+	// The buffer grows as bytes arrive: a peer that announces a large
+	// frame and sends nothing costs its announcement nothing.
+	var body bytes.Buffer
+	if _, err := io.CopyN(&body, r, int64(n)); err != nil {
 		return nil, fmt.Errorf("replication: read frame: %w", err)
 	}
-	return decodeFrame(body)
+	return decodeFrame(body.Bytes())
 }
 
 // decodeFrame decodes a frame's type and body.
@@ -149,7 +161,7 @@ func decodeFrame(body []byte) (Frame, error) {
 	switch body[0] {
 	case typeHello:
 		f = Hello{Epoch: d.u64(), Incarnation: d.u64(), Durability: appliance.Durability(d.u8()), Partition: d.u32(), Head: d.u64(),
-			Queue: string(d.bytes()), Owner: string(d.bytes())}
+			Queue: string(d.bytes()), Owner: string(d.bytes()), History: d.history()}
 	case typePosition:
 		f = Position{Written: d.u64(), Durable: d.u64()}
 	case typeBatch:
@@ -218,6 +230,32 @@ func (d *decoder) u64() uint64 {
 		return binary.LittleEndian.Uint64(p)
 	}
 	return 0
+}
+
+// history reads a u32 count of (u64 instance, u64 from) intervals, each
+// starting no lower than the one before.
+//
+// A Hello from an owner of an older version ends before it: its history
+// is empty (its records are the legacy instance's).
+func (d *decoder) history() History {
+	if !d.err && len(d.b) == 0 {
+		return nil
+	}
+	n := d.u32()
+	if d.err || uint64(n)*16 > uint64(len(d.b)) {
+		d.err = true
+		return nil
+	}
+	var h History
+	for range n {
+		iv := Interval{Instance: d.u64(), From: d.u64()}
+		if len(h) > 0 && iv.From < h[len(h)-1].From {
+			d.err = true
+			return nil
+		}
+		h = append(h, iv)
+	}
+	return h
 }
 
 func (d *decoder) bytes() []byte {

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -190,6 +192,7 @@ func TestGateCounts(t *testing.T) {
 
 func FuzzDecodeFrame(f *testing.F) {
 	for _, fr := range []Frame{Hello{Epoch: 3, Incarnation: 17, Durability: 1, Partition: 2, Head: 40, Queue: "q", Owner: "n1"},
+		Hello{Epoch: 3, Queue: "q", Owner: "n1", History: History{{0, 0}, {7, 40}, {9, 60}}},
 		Position{Written: 9, Durable: 4}, Batch{First: 7, CatchUp: true, Records: []Record{{1, []byte("x")}, {2, nil}}},
 		Batch{First: 8, Records: []Record{{3, []byte("y")}}}, Refuse{Reason: "no"}, Pull{From: 11, Max: 1 << 20}} {
 		f.Add(appendFrame(nil, fr))
@@ -222,5 +225,24 @@ func BenchmarkGateWait(b *testing.B) {
 		if err := g.Wait(stop, 90); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A peer that announces the largest frame and sends five bytes of it
+// costs about what it sent, not the announcement.
+func TestAnnouncedFrameCostsNothing(t *testing.T) {
+	b := binary.LittleEndian.AppendUint32(nil, MaxFrame)
+	b = append(b, typeBatch, 1, 2, 3, 4)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range 20 {
+		if _, err := readFrame(bufio.NewReader(bytes.NewReader(b))); err == nil {
+			t.Fatal("a truncated frame decoded")
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 4<<20 {
+		t.Fatalf("20 announcements of %d-byte frames allocated %d bytes", MaxFrame, grew)
 	}
 }

@@ -53,6 +53,10 @@ type SenderStats struct {
 	CatchUpBatches uint64 // sent on the catch-up path, each appended synced
 	Pulls          uint64 // catch-up Pulls answered
 	CatchingUp     bool   // the stream is catching up now
+	// Refusals counts handshakes the follower refused; LastRefusal is the
+	// newest reason ("" before any), such as a copy that diverged.
+	Refusals    uint64
+	LastRefusal string
 }
 
 // Sender pushes a partition's records to one follower as soon as they are
@@ -66,6 +70,8 @@ type Sender struct {
 
 	pushBatches, catchUpBatches, pulls atomic.Uint64
 	catchingUp                         atomic.Bool
+	refusals                           atomic.Uint64
+	lastRefusal                        atomic.Pointer[string]
 }
 
 // StartSender starts the stream's goroutine.
@@ -97,8 +103,12 @@ func (s *Sender) Close() {
 
 // Stats returns the stream's counters.
 func (s *Sender) Stats() SenderStats {
-	return SenderStats{PushBatches: s.pushBatches.Load(), CatchUpBatches: s.catchUpBatches.Load(),
-		Pulls: s.pulls.Load(), CatchingUp: s.catchingUp.Load()}
+	st := SenderStats{PushBatches: s.pushBatches.Load(), CatchUpBatches: s.catchUpBatches.Load(),
+		Pulls: s.pulls.Load(), CatchingUp: s.catchingUp.Load(), Refusals: s.refusals.Load()}
+	if r := s.lastRefusal.Load(); r != nil {
+		st.LastRefusal = *r
+	}
+	return st
 }
 
 func (s *Sender) run(ctx context.Context) {
@@ -148,9 +158,17 @@ func (s *Sender) stream(ctx context.Context) error {
 	}
 	pos, ok := fr.(Position)
 	if !ok {
-		return fmt.Errorf("follower refused: %v", fr)
+		reason := fmt.Sprint(fr)
+		if r, isRefuse := fr.(Refuse); isRefuse {
+			reason = r.Reason
+		}
+		s.lastRefusal.Store(&reason)
+		s.refusals.Add(1)
+		return fmt.Errorf("follower refused: %s", reason)
 	}
-	s.o.Gate.Update(s.o.Follower, pos)
+	// The follower answers with its position only once its copy is a
+	// prefix of this log (it checked the Hello's history); the gate counts
+	// it only past the checks here as well.
 	if pos.Written > s.o.Log.WrittenNext() {
 		return fmt.Errorf("follower holds %d records past the owner's end %d (part of recovery, not of streaming)",
 			pos.Written-s.o.Log.WrittenNext(), pos.Written)
@@ -158,6 +176,7 @@ func (s *Sender) stream(ctx context.Context) error {
 	if head := s.o.Log.Head(); pos.Written < head {
 		return fmt.Errorf("follower at %d is behind the owner's head %d", pos.Written, head)
 	}
+	s.o.Gate.Update(s.o.Follower, pos)
 	readErr := make(chan error, 1)
 	pulls := make(chan Pull, 1)
 	go func() {

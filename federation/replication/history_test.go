@@ -1,0 +1,83 @@
+package replication
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+func TestConsistentEnd(t *testing.T) {
+	// The owner: instance 7 wrote 0..100, instance 8 (after a power cut
+	// that lost 100..150) writes from 100.
+	owner := History{{7, 0}, {8, 100}}
+	for _, tc := range []struct {
+		name       string
+		copy       History
+		start, end uint64
+		want       uint64
+	}{
+		{"empty copy", nil, 0, 0, 0},
+		{"copy of instance 7, within its run", History{{7, 0}}, 0, 80, 80},
+		{"copy of instance 7 up to the cut", History{{7, 0}}, 0, 100, 100},
+		{"copy of instance 7 past the cut: diverged where 8 began", History{{7, 0}}, 0, 150, 100},
+		{"copy that took 8 too", History{{7, 0}, {8, 100}}, 0, 130, 130},
+		{"copy of an instance the owner never had", History{{7, 0}, {9, 60}}, 0, 90, 60},
+		{"legacy copy against an owner with a history", nil, 10, 20, 10},
+		{"legacy copy against a legacy owner", nil, 10, 20, 20},
+		{"copy starting inside 8's run", History{{8, 120}}, 120, 140, 140},
+		{"copy that says 8 wrote below where 8 began", History{{8, 90}}, 90, 140, 90},
+	} {
+		o := owner
+		if tc.name == "legacy copy against a legacy owner" {
+			o = History{}.Start(0)
+		}
+		if got := ConsistentEnd(tc.copy, tc.start, tc.end, o); got != tc.want {
+			t.Errorf("%s: consistent to %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestHistoryBeginAndAdopt(t *testing.T) {
+	h := History{}.Start(5).Begin(7, 40).Begin(8, 90)
+	if want := (History{{0, 5}, {7, 40}, {8, 90}}); !slices.Equal(h, want) {
+		t.Fatalf("begin: %v, want %v", h, want)
+	}
+	// Reopened at 60 after a cut: 8's run (from 90) is gone.
+	if got, want := h.Begin(9, 60), (History{{0, 5}, {7, 40}, {9, 60}}); !slices.Equal(got, want) {
+		t.Fatalf("begin after a cut: %v, want %v", got, want)
+	}
+	// A copy ending at 50 adopts the owner's history from 50 on.
+	copyH := History{{0, 5}, {7, 40}}
+	if got, want := copyH.Adopt(History{{0, 5}, {7, 40}, {9, 60}}, 50), (History{{0, 5}, {7, 40}, {9, 60}}); !slices.Equal(got, want) {
+		t.Fatalf("adopt: %v, want %v", got, want)
+	}
+	// An empty copy at 70 takes only the instance writing there.
+	if got, want := (History{}).Adopt(History{{7, 0}, {9, 60}}, 70), (History{{9, 70}}); !slices.Equal(got, want) {
+		t.Fatalf("adopt into an empty copy: %v, want %v", got, want)
+	}
+}
+
+func TestHistoryFile(t *testing.T) {
+	fs := vfs.NewMem()
+	if h, err := LoadHistory(fs, "d"); err != nil || h != nil {
+		t.Fatalf("missing history: %v, %v", h, err)
+	}
+	want := History{{0, 5}, {7, 40}, {9, 60}}
+	if err := SaveHistory(fs, "d", want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadHistory(fs, "d")
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("load: %v, %v; want %v", got, err, want)
+	}
+	b := want.encode()
+	for i := range b {
+		d := slices.Clone(b)
+		d[i] ^= 0x10
+		if _, err := decodeHistory(d); !errors.Is(err, ErrHistory) {
+			t.Fatalf("byte %d flipped: %v", i, err)
+		}
+	}
+}
