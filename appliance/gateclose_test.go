@@ -68,3 +68,93 @@ func TestCloseWithGateHeldAndHandOffFull(t *testing.T) {
 		t.Fatalf("%d of %d held appends failed; every one must", got, n)
 	}
 }
+
+// switchedReplication gives every partition one gate that stays shut
+// until the test opens it, and says when an applier first waits at it.
+type switchedReplication struct {
+	open    chan struct{}
+	waiting chan uint64 // the next offset of each wait, while shut
+}
+
+func (r switchedReplication) Attach(string, int, QueueConfig, *wal.Log) ReplicaGate { return r }
+
+func (r switchedReplication) Wait(stop <-chan struct{}, next uint64) error {
+	select {
+	case <-r.open:
+		return nil
+	default:
+	}
+	select {
+	case r.waiting <- next:
+	default:
+	}
+	select {
+	case <-r.open:
+		return nil
+	case <-stop:
+		return errors.New("stopped")
+	}
+}
+func (switchedReplication) Floor() uint64  { return 0 }
+func (switchedReplication) Detach()        {}
+func (switchedReplication) Status() string { return "switched" }
+
+// A publish held at a gate that never opened was written to the log but
+// never confirmed. After a restart it stays held: replay does not apply,
+// count or deliver it until the gate passes it, and then it is delivered.
+func TestReplayWaitsForTheGate(t *testing.T) {
+	ctx := testCtx(t)
+	fs := vfs.NewMem()
+	b := openBroker(t, fs, "data", Options{Replication: heldReplication{}})
+	declare(t, ctx, b, QueueConfig{Name: "q", Durability: Buffered})
+	failed := make(chan error, 1)
+	b.PublishAsync("q", Message{Body: []byte("never confirmed")}, func(_ Confirm, err error) { failed <- err })
+	q, err := b.queue("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the publish to be written", func() bool { return q.parts[0].log.WrittenNext() == 1 })
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-failed; err == nil {
+		t.Fatal("a publish held at a shut gate confirmed")
+	}
+
+	gate := switchedReplication{open: make(chan struct{}), waiting: make(chan uint64, 1)}
+	b = openBroker(t, fs, "data", Options{Replication: gate})
+	defer b.Close()
+	delivered := make(chan Delivery, 1)
+	sub, err := b.Subscribe("q", SubscribeOptions{Deliver: func(d Delivery) { delivered <- d }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	select {
+	case next := <-gate.waiting:
+		if next != 1 {
+			t.Fatalf("the replay waits at the gate for %d, want 1", next)
+		}
+	case d := <-delivered:
+		t.Fatalf("offset %d delivered after the restart before the gate passed it", d.Offset)
+	case <-ctx.Done():
+		t.Fatal("the replay never waited at the gate")
+	}
+	if in, err := b.QueueInfo("q"); err != nil || in.Messages != 0 {
+		t.Fatalf("held at the gate, the queue counts %d messages (%v)", in.Messages, err)
+	}
+	select {
+	case d := <-delivered:
+		t.Fatalf("offset %d delivered while the gate is shut", d.Offset)
+	default:
+	}
+	close(gate.open)
+	select {
+	case d := <-delivered:
+		if string(d.Body) != "never confirmed" || d.Offset != 0 {
+			t.Fatalf("delivered %q at %d", d.Body, d.Offset)
+		}
+	case <-ctx.Done():
+		t.Fatal("the held record was not delivered once the gate passed it")
+	}
+}

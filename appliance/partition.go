@@ -90,8 +90,15 @@ func openPartition(q *queue, idx int, log *wal.Log, rp *replayer, gate ReplicaGa
 	}
 	p.count.Store(rp.st.count)
 	p.bytes.Store(rp.st.bytes)
+	heldTo := rp.st.appliedNext
+	if rp.held {
+		heldTo = log.WrittenNext() // what the replay left for the gate
+	}
 	p.wg.Add(2)
-	go p.runApplier()
+	go func() {
+		p.replayHeld(heldTo)
+		p.runApplier()
+	}()
 	go p.runDispatcher()
 	return p
 }
@@ -137,6 +144,50 @@ func (p *partition) submit(entries []wal.Entry, done func(wal.AppendResult, erro
 		// when the log is replayed at the next open.
 		if done != nil {
 			done(wal.AppendResult{}, ErrClosed)
+		}
+	}
+}
+
+// replayHeld applies, on the applier goroutine and before anything
+// appended since the open, the records a replicated partition's replay
+// left for its gate: the log may hold records written but never past the
+// gate (never confirmed), so none is applied, delivered or counted until
+// enough copies hold it. A solo partition's replay applied everything.
+func (p *partition) replayHeld(to uint64) {
+	p.mu.Lock()
+	from := p.core.st.appliedNext
+	p.mu.Unlock()
+	if from >= to {
+		return
+	}
+	if p.gate != nil { // the cluster may give a partition none
+		if err := p.gate.Wait(p.closing, to); err != nil {
+			return // closing: the next open replays them again
+		}
+	}
+	for from < to {
+		recs, err := p.log.ReadWritten(from, 4<<20)
+		if hole, ok := p.quarantineLive(err); ok {
+			p.mu.Lock()
+			p.core.st.appliedNext = max(p.core.st.appliedNext, hole.To)
+			from = p.core.st.appliedNext
+			p.mu.Unlock()
+			continue
+		}
+		if err == nil && len(recs) == 0 {
+			err = errors.New("read nothing below the written frontier")
+		}
+		for _, r := range recs {
+			if err != nil || r.Offset >= to {
+				break
+			}
+			err = p.apply(r.Offset, []wal.Entry{{Type: r.Type, Payload: r.Payload}})
+			from = r.Offset + 1
+		}
+		if err != nil {
+			p.q.b.log.Error("replay of the records held for the replica gate failed; the partition cannot apply",
+				"queue", p.q.cfg().Name, "partition", p.idx, "offset", from, "err", err)
+			return
 		}
 	}
 }
@@ -279,7 +330,7 @@ func (p *partition) deliver(d dispatch[*Subscription]) {
 	if err == nil {
 		pub, err = decodePublish(rec.Payload)
 	}
-	if err != nil && p.quarantineLive(err) {
+	if _, ok := p.quarantineLive(err); err != nil && ok {
 		return
 	}
 	if err != nil {

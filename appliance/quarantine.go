@@ -56,11 +56,14 @@ func (s *partitionState) dropRange(from, to uint64) int64 {
 }
 
 // quarantineLive handles corruption met while delivering: the segment is
-// quarantined and its messages leave the partition.
-func (p *partition) quarantineLive(err error) bool {
+// quarantined and its messages leave the partition. It returns the hole.
+func (p *partition) quarantineLive(err error) (wal.Hole, bool) {
+	if err == nil {
+		return wal.Hole{}, false
+	}
 	hole, ok := p.q.b.quarantineOnRead(p.q, p.idx, p.log, err)
 	if !ok {
-		return false
+		return wal.Hole{}, false
 	}
 	p.mu.Lock()
 	ended, lost := p.core.dropRange(hole.From, hole.To)
@@ -80,5 +83,5 @@ func (p *partition) quarantineLive(err error) bool {
 	p.mu.Unlock()
 	p.q.counters.lostQuarantined.Add(lost)
 	p.q.b.markDirty(p)
-	return true
+	return hole, true
 }

@@ -38,7 +38,11 @@ func (b *Broker) openPartition(q *queue, idx int) (*partition, error) {
 	if err != nil {
 		return nil, err
 	}
-	rp := &replayer{q: q, live: true, st: newPartitionState(0)}
+	// A replicated partition replays only what its snapshot holds: what
+	// the log has after it may never have passed the replica gate, and
+	// waits for it (partition.replayHeld).
+	held := b.opts.Replication != nil
+	rp := &replayer{q: q, live: !held, held: held, st: newPartitionState(0)}
 	if haveSnap {
 		rp.st, rp.dedupe = snap.restore(), snap.Dedupe
 	}
@@ -89,6 +93,7 @@ type replayer struct {
 	over        []uint64           // messages found past max deliveries
 	quarantined []quarantineRecord // corrupt segments set aside
 	live        bool               // applying records as recovery scans them
+	held        bool               // replay stops at the snapshot: the rest waits for the replica gate
 	err         error              // the first failure while scanning
 }
 
@@ -138,11 +143,11 @@ func (b *Broker) rebuild(rp *replayer, idx int, log *wal.Log, haveSnap bool, sna
 		// snapshot); only a disk that lost synced data gets here.
 		b.log.Error("snapshot refers to records the log no longer has; replaying the log alone",
 			"queue", name, "partition", idx, "boundary", snap.Boundary, "log_end", log.WrittenNext())
-		*rp = replayer{q: rp.q, st: newPartitionState(log.Head())}
+		*rp = replayer{q: rp.q, held: rp.held, st: newPartitionState(log.Head())}
 	case haveSnap && snap.Boundary < log.Head():
 		b.log.Error("snapshot is older than the log head; replaying the log alone",
 			"queue", name, "partition", idx, "boundary", snap.Boundary, "head", log.Head())
-		*rp = replayer{q: rp.q, st: newPartitionState(log.Head())}
+		*rp = replayer{q: rp.q, held: rp.held, st: newPartitionState(log.Head())}
 	case !haveSnap && rp.st.appliedNext < log.Head():
 		rp.st.appliedNext = log.Head() // nothing applied yet: start at the head
 	}
@@ -150,7 +155,11 @@ func (b *Broker) rebuild(rp *replayer, idx int, log *wal.Log, haveSnap bool, sna
 		rp.quarantined = append(rp.quarantined, quarantineRecord{Hole: h, Lost: rp.st.dropRange(h.From, h.To)})
 	}
 	st := rp.st
-	for from := st.appliedNext; from < log.WrittenNext(); {
+	end := log.WrittenNext()
+	if rp.held {
+		end = st.appliedNext
+	}
+	for from := st.appliedNext; from < end; {
 		recs, err := log.ReadWritten(from, 4<<20)
 		if hole, ok := b.quarantineOnRead(rp.q, idx, log, err); ok {
 			lost := st.dropRange(hole.From, hole.To)
