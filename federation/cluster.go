@@ -64,8 +64,9 @@ type Cluster struct {
 	replicaFS  vfs.FS
 
 	forwardOpts client.Options
-	fwdMu       sync.Mutex // guards forward
-	forward     map[string]*client.Client
+	fwdMu       sync.Mutex                 // guards forward and forwarders
+	forward     map[string]*client.Client  // by owner's client address
+	forwarders  map[string]*queueForwarder // by queue
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -84,7 +85,7 @@ func OpenCluster(o ClusterOptions) (*Cluster, error) {
 	}
 	c := &Cluster{log: logger.With("node", o.Node.ID), owned: map[string]*ownedPartition{},
 		declared: map[string]uint64{}, nodeSet: make(chan struct{}), stop: make(chan struct{}),
-		forwardOpts: o.Forward, forward: map[string]*client.Client{}, replicaDir: o.ReplicaDir, replicaFS: o.ReplicaFS}
+		forwardOpts: o.Forward, forward: map[string]*client.Client{}, forwarders: map[string]*queueForwarder{}, replicaDir: o.ReplicaDir, replicaFS: o.ReplicaFS}
 	if c.replicaFS == nil {
 		c.replicaFS = vfs.Default
 	}

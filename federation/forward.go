@@ -50,41 +50,127 @@ func (c *Cluster) Owner(queue string) (id, addr string, ok bool) {
 // kept per owner, and reports whether it did (false: this node serves the
 // queue, or no node does). done gets the owner's confirm, or its error
 // mapped back to the broker's sentinels.
+//
+// Publishes to one queue are forwarded in the order Forward is called, by
+// one sender per queue that pipelines them on the owner's connection, so
+// a connection publishing through this node sees its confirms in its own
+// publish order, as it would on the owner.
 func (c *Cluster) Forward(queue string, m appliance.Message, done func(appliance.Confirm, error)) bool {
 	if _, _, ok := c.Owner(queue); !ok {
 		return false
 	}
-	c.fwdMu.Lock() // Close closes stop under it: no Add after its Wait
-	select {
-	case <-c.stop:
-		c.fwdMu.Unlock()
+	fw, ok := c.queueForwarder(queue)
+	if !ok {
 		done(appliance.Confirm{}, fmt.Errorf("%w: node closing", appliance.ErrUnavailable))
 		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
+	select {
+	case fw.requests <- fwdRequest{ctx: ctx, cancel: cancel, m: m, done: done}:
+	case <-c.stop:
+		cancel()
+		done(appliance.Confirm{}, fmt.Errorf("%w: node closing", appliance.ErrUnavailable))
+	}
+	return true
+}
+
+// fwdRequest is one publish waiting to be forwarded; ctx bounds it from
+// the moment it arrived.
+type fwdRequest struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	m      appliance.Message
+	done   func(appliance.Confirm, error)
+}
+
+// fwdSent is a forwarded publish on its way: its confirm comes on f.
+type fwdSent struct {
+	req fwdRequest
+	id  string // the owner it went to
+	f   *client.Future
+}
+
+// queueForwarder forwards one queue's publishes in order: send owns the
+// requests and writes them to the owner's connection one after the
+// other; confirm owns what is sent and completes it in the same order.
+type queueForwarder struct {
+	requests chan fwdRequest
+	sent     chan fwdSent
+}
+
+// forwardQueueDepth bounds the publishes waiting to be forwarded per
+// queue; a full queue holds back the connections publishing to it.
+const forwardQueueDepth = 1024
+
+// queueForwarder returns queue's forwarder, starting it the first time;
+// false once the node is closing.
+func (c *Cluster) queueForwarder(queue string) (*queueForwarder, bool) {
+	c.fwdMu.Lock() // Close closes stop under it: no Add after its Wait
+	defer c.fwdMu.Unlock()
+	select {
+	case <-c.stop:
+		return nil, false
 	default:
 	}
-	c.wg.Add(1)
-	c.fwdMu.Unlock()
-	go func() {
-		defer c.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
-		defer cancel()
-		id, cl, err := c.ownerClient(ctx, queue)
-		if err != nil {
-			done(appliance.Confirm{}, err)
-			return
+	if fw, ok := c.forwarders[queue]; ok {
+		return fw, true
+	}
+	fw := &queueForwarder{requests: make(chan fwdRequest, forwardQueueDepth), sent: make(chan fwdSent, forwardQueueDepth)}
+	c.forwarders[queue] = fw
+	c.wg.Add(2)
+	go c.sendForwarded(queue, fw)
+	go c.confirmForwarded(fw)
+	return fw, true
+}
+
+// sendForwarded sends queue's publishes to its owner in arrival order,
+// waiting (each within its own deadline) for an owner that cannot be
+// reached; at Close it fails what is still waiting.
+func (c *Cluster) sendForwarded(queue string, fw *queueForwarder) {
+	defer c.wg.Done()
+	defer close(fw.sent)
+	for {
+		var req fwdRequest
+		select {
+		case req = <-fw.requests:
+		case <-c.stop:
+			for {
+				select {
+				case req := <-fw.requests:
+					req.cancel()
+					req.done(appliance.Confirm{}, fmt.Errorf("%w: node closing", appliance.ErrUnavailable))
+				default:
+					return
+				}
+			}
 		}
-		headers := make([]client.Header, len(m.Headers))
-		for i, h := range m.Headers {
+		id, cl, err := c.ownerClient(req.ctx, queue)
+		if err != nil {
+			req.cancel()
+			req.done(appliance.Confirm{}, err)
+			continue
+		}
+		headers := make([]client.Header, len(req.m.Headers))
+		for i, h := range req.m.Headers {
 			headers[i] = client.Header{Key: h.Key, Value: h.Value}
 		}
-		cf, err := cl.Publish(ctx, queue, client.Message{ID: m.ID, Key: m.Key, Headers: headers, Body: m.Body})
+		f := cl.PublishAsyncContext(req.ctx, queue, client.Message{ID: req.m.ID, Key: req.m.Key, Headers: headers, Body: req.m.Body})
+		fw.sent <- fwdSent{req: req, id: id, f: f}
+	}
+}
+
+// confirmForwarded completes sent publishes in the order they were sent.
+func (c *Cluster) confirmForwarded(fw *queueForwarder) {
+	defer c.wg.Done()
+	for s := range fw.sent {
+		cf, err := s.f.Result() // every Future completes: confirm, refusal, or a lost connection
+		s.req.cancel()
 		if err != nil {
-			done(appliance.Confirm{}, fmt.Errorf("forwarded to node %s: %w", id, brokerError(err)))
-			return
+			s.req.done(appliance.Confirm{}, fmt.Errorf("forwarded to node %s: %w", s.id, brokerError(err)))
+			continue
 		}
-		done(appliance.Confirm{Partition: cf.Partition, Offset: cf.Offset, Duplicate: cf.Duplicate}, nil)
-	}()
-	return true
+		s.req.done(appliance.Confirm{Partition: cf.Partition, Offset: cf.Offset, Duplicate: cf.Duplicate}, nil)
+	}
 }
 
 // ownerClient returns the connection to the node serving queue. While

@@ -56,7 +56,6 @@ type conn struct {
 	maxFrame int
 	sendIdle time.Duration // send a Heartbeat after this much silence; 0: never
 	silence  time.Duration // close after receiving nothing for this long; 0: never
-	started  time.Time
 
 	out  chan outFrame
 	wake chan struct{} // cap 1: settles, control frames or Goodbye are waiting
@@ -88,7 +87,6 @@ func newConn(c *Client, nc net.Conn, r *wire.Reader, w *wire.Writer, ok *wire.He
 		session:  ok.SessionID,
 		server:   ok.ServerName,
 		maxFrame: w.MaxFrame(),
-		started:  time.Now(),
 		out:      make(chan outFrame, outQueue),
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),

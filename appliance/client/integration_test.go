@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fibril-edge/fibril/internal/brokertest"
 	"log/slog"
 	"net"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/fibril-edge/fibril/internal/brokertest"
 
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/appliance/client"
@@ -274,5 +275,78 @@ func TestReconnectToRestartedServer(t *testing.T) {
 	}
 	if info := settled(t, ctx, b, "jobs"); info.Messages != 0 || info.Counters.Duplicates != 1 {
 		t.Errorf("after the restart: %d messages, %d duplicates; want 0 and 1", info.Messages, info.Counters.Duplicates)
+	}
+}
+
+// attemptLog passes on the attempt number of every failed reconnect the
+// client logs, and says when it reconnected (attempt 0).
+type attemptLog struct{ attempts chan int64 }
+
+func (h attemptLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h attemptLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h attemptLog) WithGroup(string) slog.Handler            { return h }
+func (h attemptLog) Handle(_ context.Context, r slog.Record) error {
+	switch r.Message {
+	case "fibril: reconnect failed":
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "attempt" {
+				h.attempts <- a.Value.Int64()
+			}
+			return true
+		})
+	case "fibril: reconnected":
+		h.attempts <- 0
+	}
+	return nil
+}
+
+// A server back after a short restart is reached again from the initial
+// backoff: the waits a restart ran up start over once a session is
+// established, however short the session that then ends.
+func TestBackoffStartsOverAfterAReconnect(t *testing.T) {
+	b := openBroker(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	shutdown := serve(t, b, ln)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	logs := attemptLog{attempts: make(chan int64, 64)}
+	c, err := client.Dial(ctx, addr, client.Options{Logger: slog.New(logs),
+		InitialBackoff: 5 * time.Millisecond, MaxBackoff: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	next := func() int64 {
+		select {
+		case a := <-logs.attempts:
+			return a
+		case <-ctx.Done():
+			t.Fatal("the client logged no reconnect attempt")
+		}
+		return 0
+	}
+	down := func() {
+		shutdown()
+		for next() < 3 { // three failed attempts: the backoff has grown
+		}
+	}
+	up := func() {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Skipf("cannot listen on %s again: %v", addr, err)
+		}
+		shutdown = serve(t, b, l)
+		for next() != 0 { // reconnected
+		}
+	}
+	down()
+	up()
+	shutdown() // a session of moments
+	if a := next(); a != 1 {
+		t.Fatalf("after a reconnect, the next loss's first failed attempt is number %d, want 1", a)
 	}
 }

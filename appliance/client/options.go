@@ -49,7 +49,8 @@ type Options struct {
 	// DisableReconnect turns reconnecting off: after the connection is
 	// lost every call fails. Default false: on connection loss the client
 	// reconnects with exponential backoff (from InitialBackoff, doubling,
-	// capped at MaxBackoff, each wait jittered down by up to half) and
+	// capped at MaxBackoff, each wait jittered down by up to half; it starts
+	// over from InitialBackoff once a session is established again) and
 	// re-establishes every subscription.
 	DisableReconnect bool
 	// InitialBackoff is the first reconnect wait. Default 100 ms.

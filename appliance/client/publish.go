@@ -119,6 +119,20 @@ func (c *Client) PublishAsync(queue string, m Message) *Future {
 	return f
 }
 
+// PublishAsyncContext is PublishAsync that waits, until ctx ends, for an
+// in-flight slot and for a connection while the client reconnects,
+// instead of failing at once. It returns once the publish is sent, so
+// publishes made one after the other from one goroutine go out, and are
+// confirmed per partition, in that order. If ctx ends first the Future
+// fails with ctx's error and nothing was sent.
+func (c *Client) PublishAsyncContext(ctx context.Context, queue string, m Message) *Future {
+	f, err := c.publish(ctx, true, queue, m)
+	if err != nil {
+		return failedFuture(err)
+	}
+	return f
+}
+
 // publish validates m, takes an in-flight slot and sends the Publish. The
 // Future it returns completes when the publish is answered; an error means
 // nothing was sent.

@@ -50,9 +50,6 @@ func (c *Client) supervise(cn *conn) {
 			c.setFailed(lostError(cause, false))
 			return
 		}
-		if time.Since(cn.started) > c.opts.MaxBackoff {
-			attempt = 0 // a connection that lived a while resets the backoff
-		}
 		c.log.Warn("fibril: connection lost; reconnecting", "addr", c.addr, "server", cn.server, "session", cn.session, "err", cause)
 		cn = nil
 		for ; cn == nil; attempt++ {
@@ -79,6 +76,11 @@ func (c *Client) supervise(cn *conn) {
 			cn = next
 		}
 		c.log.Info("fibril: reconnected", "addr", c.addr, "server", cn.server, "session", cn.session, "attempts", attempt)
+		// A session was established: the next loss starts from the
+		// initial backoff, so a server back after a short restart is
+		// reached again within InitialBackoff, not after the waits its
+		// restart ran up.
+		attempt = 0
 	}
 }
 
