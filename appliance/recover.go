@@ -81,7 +81,7 @@ func walInterval(s Settings) time.Duration {
 	if s.BackgroundSyncIntervalMs == 0 {
 		return -1
 	}
-	return s.syncInterval()
+	return s.BackgroundSyncInterval()
 }
 
 // replayer rebuilds a partition's state from log records, first as the

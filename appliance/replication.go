@@ -12,6 +12,14 @@ type Replication interface {
 	Attach(queue string, partition int, cfg QueueConfig, log *wal.Log) ReplicaGate
 }
 
+// SettingsObserver is implemented by a Replication that applies the
+// runtime settings to logs of its own (a cluster node's copies of other
+// nodes' partitions follow storage.background_sync_interval_ms too). The
+// broker calls it after every change it applied.
+type SettingsObserver interface {
+	SettingsChanged(Settings)
+}
+
 // ReplicaGate holds one partition's applies until enough copies exist.
 type ReplicaGate interface {
 	// Wait returns once enough copies hold every record before next, or

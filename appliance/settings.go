@@ -45,7 +45,8 @@ func (s Settings) Validate() error {
 	return nil
 }
 
-func (s Settings) syncInterval() time.Duration {
+// BackgroundSyncInterval is the setting as a duration; 0 means off.
+func (s Settings) BackgroundSyncInterval() time.Duration {
 	return time.Duration(s.BackgroundSyncIntervalMs) * time.Millisecond
 }
 
@@ -66,10 +67,13 @@ func (b *Broker) UpdateSettings(s Settings) error {
 	b.settings.Store(&s)
 	for _, q := range b.queues {
 		for _, p := range q.parts {
-			if err := p.log.SetBackgroundSyncInterval(s.syncInterval()); err != nil {
+			if err := p.log.SetBackgroundSyncInterval(s.BackgroundSyncInterval()); err != nil {
 				return fmt.Errorf("apply settings to %s/%d: %w", q.cfg().Name, p.idx, err)
 			}
 		}
+	}
+	if o, ok := b.opts.Replication.(SettingsObserver); ok {
+		o.SettingsChanged(s)
 	}
 	b.log.Info("runtime settings changed", "settings", s)
 	return nil

@@ -117,8 +117,19 @@ func (c *Cluster) Bind(b *appliance.Broker) {
 	c.mu.Lock()
 	c.broker = b
 	c.mu.Unlock()
+	c.SettingsChanged(b.Settings())
 	c.wg.Add(1)
 	go c.syncQueues()
+}
+
+var _ appliance.SettingsObserver = (*Cluster)(nil)
+
+// SettingsChanged applies the broker's runtime settings to this node's
+// copies: they sync in the background at the broker's interval.
+func (c *Cluster) SettingsChanged(s appliance.Settings) {
+	if err := c.follower.SetBackgroundSyncInterval(s.BackgroundSyncInterval()); err != nil {
+		c.log.Error("background sync interval not applied to every copy", "err", err)
+	}
 }
 
 // syncQueues declares in the local broker every queue this node owns,

@@ -114,7 +114,7 @@ func (f *Follower) attach(h Hello, c net.Conn) (*replica, chan struct{}, error) 
 			// No tail cache: nothing reads a copy while it follows (part 2's
 			// recovery reads it once), and a node may follow many partitions.
 			log, err := wal.Open(f.copyDir(id), wal.Options{FS: f.opts.FS, SegmentSize: f.opts.SegmentSize,
-				TailCacheBytes: -1, BackgroundSyncInterval: f.opts.BackgroundSyncInterval,
+				TailCacheBytes: -1, BackgroundSyncInterval: f.interval,
 				Logger: f.opts.Logger.With("replica", key)})
 			if err != nil {
 				f.mu.Unlock()

@@ -33,6 +33,7 @@ type FollowerOptions struct {
 	// BackgroundSyncInterval of replica logs; default the log's default,
 	// negative turns the timer off (pushed records of buffered queues then
 	// sync at the log's byte bound, or with the next synced append).
+	// SetBackgroundSyncInterval changes it live.
 	BackgroundSyncInterval time.Duration
 	// PullBytes bounds each catch-up batch the follower asks for; default
 	// DefaultPullBytes (the owner may send less).
@@ -60,11 +61,12 @@ type Follower struct {
 	ctx    context.Context // ends at Close: Accept stops waiting
 	cancel context.CancelFunc
 
-	// mu guards replicas and closed; a copy is opened, and one that is
-	// not open is removed, under it (see copies.go).
+	// mu guards replicas, closed and interval; a copy is opened, and one
+	// that is not open is removed, under it (see copies.go).
 	mu       sync.Mutex
 	replicas map[string]*replica
 	closed   bool
+	interval time.Duration // the copies' background sync interval
 	wg       sync.WaitGroup // streams and removals under way
 }
 
@@ -80,7 +82,29 @@ func NewFollower(o FollowerOptions) *Follower {
 		o.PullBytes = DefaultPullBytes
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Follower{opts: o, ctx: ctx, cancel: cancel, replicas: map[string]*replica{}}
+	return &Follower{opts: o, ctx: ctx, cancel: cancel, replicas: map[string]*replica{}, interval: o.BackgroundSyncInterval}
+}
+
+// SetBackgroundSyncInterval changes the background sync interval of every
+// copy, open now or opened later; zero or negative turns it off.
+func (f *Follower) SetBackgroundSyncInterval(d time.Duration) error {
+	if d <= 0 {
+		d = -1
+	}
+	f.mu.Lock()
+	f.interval = d
+	logs := make([]*wal.Log, 0, len(f.replicas))
+	for _, r := range f.replicas {
+		logs = append(logs, r.log)
+	}
+	f.mu.Unlock()
+	var errs []error
+	for _, l := range logs {
+		if err := l.SetBackgroundSyncInterval(d); err != nil && !errors.Is(err, wal.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Serve runs one replication stream on c until it ends.
