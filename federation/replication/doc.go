@@ -33,6 +33,7 @@
 //	Batch    owner → follower  first u64 | catch-up u8 (0 or 1) | count u32 | count × (type u8 | payload)
 //	Refuse   follower → owner  reason
 //	Pull     follower → owner  from u64 | max bytes u32
+//	Head     owner → follower  offset u64 (the owner's head, after its retention moved it)
 //
 // The follower first asks the control state whether it follows the
 // partition (FollowerOptions.Accept: the assignment names the Hello's
@@ -53,6 +54,11 @@
 // records, synced, that what it takes from here on is the owner's history.
 // The owner, too, counts a follower's position only after checking it
 // against its own log.
+//
+// Retention: before a batch, the owner sends its log's head whenever its
+// retention moved it; the follower drops the segments below it, never past
+// what it has synced itself, so a copy's disk use stays bounded like its
+// owner's.
 //
 // Frames are read into buffers that grow as their bytes arrive, up to
 // MaxFrame: announcing a frame costs a peer nothing.

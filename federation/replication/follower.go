@@ -175,11 +175,18 @@ func (f *Follower) Serve(c net.Conn) {
 	defer cancel()
 	defer close(completions)
 	next := log.WrittenNext()
+	var ownerHead uint64 // the owner's head as it last said
 	for {
 		fr, err := readFrame(br)
 		if err != nil {
 			return
 		}
+		if hd, ok := fr.(Head); ok {
+			ownerHead = max(ownerHead, hd.Offset)
+			retain(log, ownerHead, h, f.opts.Logger)
+			continue
+		}
+		retain(log, ownerHead, h, f.opts.Logger) // the copy may have synced further since
 		b, ok := fr.(Batch)
 		if !ok {
 			w.send(Refuse{Reason: "expected batch"})
@@ -224,6 +231,16 @@ func (f *Follower) Serve(c net.Conn) {
 			}
 		}
 		next += uint64(len(entries))
+	}
+}
+
+// retain follows the owner's retention: the copy drops what lies below
+// the owner's head, never past what it has synced itself.
+func retain(log *wal.Log, ownerHead uint64, h Hello, logger *slog.Logger) {
+	if to := min(ownerHead, log.DurableNext()); to > log.Head() {
+		if err := log.AdvanceHead(to); err != nil {
+			logger.Warn("replica retention failed", "queue", h.Queue, "partition", h.Partition, "err", err)
+		}
 	}
 }
 

@@ -23,6 +23,7 @@ const (
 	typeBatch    byte = 3
 	typeRefuse   byte = 4
 	typePull     byte = 5
+	typeHead     byte = 6
 )
 
 // Frame is one protocol message.
@@ -44,6 +45,12 @@ type Hello struct {
 	// interval is the instance writing now. The follower takes the stream
 	// only if its copy is a prefix of the log this history describes.
 	History History
+}
+
+// Head is the owner's log head after its retention moved it: the
+// follower drops what lies below it, never past its own durable end.
+type Head struct {
+	Offset uint64
 }
 
 // Position is a follower's progress: written and durable, each one past
@@ -86,6 +93,7 @@ func (Position) frameType() byte { return typePosition }
 func (Batch) frameType() byte    { return typeBatch }
 func (Refuse) frameType() byte   { return typeRefuse }
 func (Pull) frameType() byte     { return typePull }
+func (Head) frameType() byte     { return typeHead }
 
 // appendFrame encodes f onto b.
 func appendFrame(b []byte, f Frame) []byte {
@@ -125,6 +133,8 @@ func appendFrame(b []byte, f Frame) []byte {
 	case Pull:
 		b = binary.LittleEndian.AppendUint64(b, f.From)
 		b = binary.LittleEndian.AppendUint32(b, f.Max)
+	case Head:
+		b = binary.LittleEndian.AppendUint64(b, f.Offset)
 	}
 	binary.LittleEndian.PutUint32(b[start:], uint32(len(b)-start-4))
 	return b
@@ -186,6 +196,8 @@ func decodeFrame(body []byte) (Frame, error) {
 		f = Refuse{Reason: string(d.bytes())}
 	case typePull:
 		f = Pull{From: d.u64(), Max: d.u32()}
+	case typeHead:
+		f = Head{Offset: d.u64()}
 	default:
 		return nil, fmt.Errorf("%w: type %d", ErrFrame, body[0])
 	}

@@ -228,6 +228,7 @@ func (s *Sender) readFollower(br *bufio.Reader, pulls chan<- Pull) error {
 func (s *Sender) send(ctx context.Context, w *bufio.Writer, cursor uint64, pulls <-chan Pull) error {
 	var buf []byte
 	pullOwed := false // a catch-up batch went out; its Pull has not come
+	sentHead := uint64(0)
 	for {
 		maxBytes := s.o.MaxBatchBytes
 		if pullOwed {
@@ -262,6 +263,13 @@ func (s *Sender) send(ctx context.Context, w *bufio.Writer, cursor uint64, pulls
 		}
 		if recs[0].Offset != cursor {
 			return fmt.Errorf("owner log read at %d returned %d", cursor, recs[0].Offset)
+		}
+		if head := s.o.Log.Head(); head > sentHead { // retention moved: the follower follows
+			buf = appendFrame(buf[:0], Head{Offset: head})
+			if _, err := w.Write(buf); err != nil {
+				return err
+			}
+			sentHead = head
 		}
 		b := Batch{First: cursor, CatchUp: catchUp, Records: make([]Record, len(recs))}
 		for i, r := range recs {
