@@ -369,6 +369,46 @@ func (c *Cluster) beginInstance(queue string, partition int, log *wal.Log) repli
 	return h
 }
 
+// EnsureSettings makes kv the cluster's settings where they differ, in the
+// background: it proposes them once a leader is known, retrying until it
+// succeeds or the node closes. A value the control plane refuses is
+// logged and given up.
+func (c *Cluster) EnsureSettings(kv map[string]string) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		delay := 100 * time.Millisecond
+		for {
+			differs := false
+			c.node.read(func(s *control.State) {
+				for k, v := range kv {
+					differs = differs || s.Settings[k] != v
+				}
+			})
+			if !differs {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := c.node.SetSettings(ctx, kv)
+			cancel()
+			switch {
+			case err == nil:
+				c.log.Info("cluster settings applied", "settings", kv)
+				return
+			case errors.Is(err, appliance.ErrInvalid):
+				c.log.Error("cluster settings refused", "settings", kv, "err", err)
+				return
+			}
+			select {
+			case <-c.stop:
+				return
+			case <-time.After(delay):
+			}
+			delay = min(2*delay, 5*time.Second)
+		}
+	}()
+}
+
 // Gate returns the gate of a partition this node owns, once its
 // assignment is known.
 func (c *Cluster) Gate(queue string, partition int) (*replication.Gate, bool) {

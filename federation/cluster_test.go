@@ -27,7 +27,7 @@ func TestClusterReplicatesBothModes(t *testing.T) {
 		policy string
 	}{
 		{appliance.QueueConfig{Name: "durable-q", Durability: appliance.Durable, Partitions: 2}, "majority_durable"},
-		{appliance.QueueConfig{Name: "buffered-q", Partitions: 2}, ""},
+		{appliance.QueueConfig{Name: "buffered-q", Durability: appliance.Buffered, Partitions: 2}, ""},
 	} {
 		t.Run(q.cfg.Name, func(t *testing.T) {
 			owner := nodes.declare(t, "n2", q.cfg, q.policy)

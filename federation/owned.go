@@ -94,7 +94,7 @@ func (op *ownedPartition) follow() {
 	}
 	if op.gate == nil {
 		boundary := replication.Durable
-		if a.Policy.Boundary() == "written" {
+		if control.Boundary(op.durability) == "written" {
 			boundary = replication.Written
 		}
 		op.gate, op.epoch = replication.NewGate(boundary, a.Policy.Required(1), nil), a.Epoch
@@ -131,7 +131,7 @@ func (op *ownedPartition) follow() {
 		})
 	}
 	op.c.log.Info("replicating partition", "queue", op.queue, "partition", op.partition,
-		"new_followers", added, "policy", a.Policy.Describe(1+len(op.followers)))
+		"new_followers", added, "policy", a.Policy.Describe(op.durability, 1+len(op.followers)))
 }
 
 // close stops the streams; follow starts none after it.

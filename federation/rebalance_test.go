@@ -55,8 +55,8 @@ func TestJoinersBecomeFollowers(t *testing.T) {
 				a = n1.cluster.Node().State().Assignments[q.cfg.Name][part]
 				return len(a.Followers) == 2
 			})
-			if a.Owner != "n1" || a.Epoch != 1 || a.Describe() != q.describe {
-				t.Fatalf("%s/%d: %+v reads %q, want owner n1, epoch 1, %q", q.cfg.Name, part, a, a.Describe(), q.describe)
+			if a.Owner != "n1" || a.Epoch != 1 || a.Describe(q.cfg.Durability) != q.describe {
+				t.Fatalf("%s/%d: %+v reads %q, want owner n1, epoch 1, %q", q.cfg.Name, part, a, a.Describe(q.cfg.Durability), q.describe)
 			}
 			end, _ := nodes.partitionCopies(t, q.cfg.Name, a, (*wal.Log).DurableNext)
 			if end == 0 {

@@ -18,7 +18,7 @@ func (c *Cluster) View() admin.ClusterView {
 	for name, q := range st.Queues {
 		qv := admin.ClusterQueue{Name: name, Durability: q.Config.Durability.String(), Policy: q.Policy.String(), Warnings: q.Warnings}
 		for _, a := range st.Assignments[name] {
-			pv := admin.ClusterPartition{Partition: a.Partition, Owner: a.Owner, Followers: a.Followers, Epoch: a.Epoch, Reads: a.Describe()}
+			pv := admin.ClusterPartition{Partition: a.Partition, Owner: a.Owner, Followers: a.Followers, Epoch: a.Epoch, Reads: a.Describe(q.Config.Durability)}
 			if op, g := c.ownedGate(name, a.Partition); g != nil {
 				if ceil := g.Ceiling(); ceil != ^uint64(0) { // unbounded: the owner alone suffices
 					pv.Ceiling = &ceil

@@ -23,6 +23,39 @@ type ClusterOps interface {
 	DeleteQueue(ctx context.Context, name string) error
 	JoinVia(ctx context.Context, peer string) error
 	Owner(queue string) (id, addr string, ok bool)
+	// ClusterSettings are the cluster-wide settings (replicas,
+	// default_policy); SetClusterSettings changes them through the control
+	// plane, refusing an unknown key or a bad value with an error that
+	// matches appliance.ErrInvalid.
+	ClusterSettings() map[string]string
+	SetClusterSettings(ctx context.Context, kv map[string]string) error
+}
+
+// getClusterSettings answers GET /api/cluster/settings.
+func (s *Server) getClusterSettings(*http.Request) (int, any, error) {
+	if s.opts.ClusterOps == nil {
+		return 0, nil, errNotClustered
+	}
+	return http.StatusOK, map[string]any{"settings": s.opts.ClusterOps.ClusterSettings()}, nil
+}
+
+// putClusterSettings answers PUT /api/cluster/settings {"key": "value"}:
+// the keys named change, cluster-wide; the reply is every setting.
+func (s *Server) putClusterSettings(r *http.Request) (int, any, error) {
+	if s.opts.ClusterOps == nil {
+		return 0, nil, errNotClustered
+	}
+	var kv map[string]string
+	if err := decode(r, maxRequest, &kv); err != nil {
+		return 0, nil, err
+	}
+	if len(kv) == 0 {
+		return 0, nil, invalid("no setting named: want {\"default_policy\": \"replica_buffered:2\"} or {\"replicas\": \"3\"}")
+	}
+	if err := s.opts.ClusterOps.SetClusterSettings(r.Context(), kv); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]any{"settings": s.opts.ClusterOps.ClusterSettings()}, nil
 }
 
 // declareInCluster answers POST /api/queues on a cluster node. When this

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"reflect"
 	"slices"
@@ -200,9 +201,26 @@ func TestClusterMetrics(t *testing.T) {
 
 // fakeOps records what the API asks of the cluster.
 type fakeOps struct {
-	policy  string
-	peer    string
-	deleted []string
+	policy   string
+	peer     string
+	deleted  []string
+	settings map[string]string
+}
+
+func (o *fakeOps) ClusterSettings() map[string]string { return maps.Clone(o.settings) }
+
+// SetClusterSettings knows one setting, default_policy.
+func (o *fakeOps) SetClusterSettings(_ context.Context, kv map[string]string) error {
+	for k := range kv {
+		if k != "default_policy" {
+			return fmt.Errorf("%w: unknown cluster setting %q", appliance.ErrInvalid, k)
+		}
+	}
+	if o.settings == nil {
+		o.settings = map[string]string{}
+	}
+	maps.Copy(o.settings, kv)
+	return nil
 }
 
 // DeleteQueue knows one cluster queue, "orders".
@@ -248,6 +266,25 @@ func TestClusterDeclareAndJoin(t *testing.T) {
 	if ops.peer != "10.0.0.1:7422" {
 		t.Fatalf("joined via %q", ops.peer)
 	}
+}
+
+// The cluster-wide settings read and change through the control plane; a
+// solo node has none.
+func TestClusterSettings(t *testing.T) {
+	newFixture(t, Options{}).do("GET", "/api/cluster/settings", nil).wantError(t, 404, "not_clustered")
+	ops := &fakeOps{settings: map[string]string{"replicas": "3"}}
+	f := newFixture(t, Options{ClusterOps: ops})
+	var reply struct{ Settings map[string]string }
+	f.do("PUT", "/api/cluster/settings", map[string]string{"default_policy": "replica_buffered:2"}).want(t, 200, &reply)
+	if reply.Settings["default_policy"] != "replica_buffered:2" || reply.Settings["replicas"] != "3" {
+		t.Fatalf("after PUT: %v", reply.Settings)
+	}
+	f.do("GET", "/api/cluster/settings", nil).want(t, 200, &reply)
+	if ops.settings["default_policy"] != "replica_buffered:2" || reply.Settings["default_policy"] != "replica_buffered:2" {
+		t.Fatalf("GET: %v (ops %v)", reply.Settings, ops.settings)
+	}
+	f.do("PUT", "/api/cluster/settings", map[string]string{"quorum": "2"}).wantError(t, 400, "invalid")
+	f.do("PUT", "/api/cluster/settings", map[string]string{}).wantError(t, 400, "invalid")
 }
 
 // On a cluster node DELETE /api/queues/{name} goes through the cluster,

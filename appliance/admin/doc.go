@@ -15,6 +15,8 @@
 //	GET    /api/node                    version, disk, process figures
 //	GET    /api/bridges                 the NATS bridges' state and counters
 //	GET    /api/cluster                 members, leader, assignments (404 solo)
+//	GET    /api/cluster/settings        cluster-wide settings (404 solo)
+//	PUT    /api/cluster/settings        change them through the control plane
 //	GET    /healthz                     the process answers
 //	GET    /readyz                      broker open, no queue failed or latched
 //	GET    /metrics                     Prometheus exposition

@@ -107,6 +107,8 @@ func (s *Server) routes() http.Handler {
 	api("GET /api/bridges", s.getBridges)
 	api("GET /api/cluster", s.getCluster)
 	api("POST /api/cluster/join", s.joinCluster)
+	api("GET /api/cluster/settings", s.getClusterSettings)
+	api("PUT /api/cluster/settings", s.putClusterSettings)
 	mux.Handle("GET /healthz", s.jsonAPI(s.healthz))
 	mux.Handle("GET /readyz", s.jsonAPI(s.readyz))
 	mux.Handle("GET /metrics", s.auth(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{

@@ -71,18 +71,18 @@ func TestFillOnJoin(t *testing.T) {
 	f := NewFSM(nil)
 	applyAll(t, f, addMember("n1"),
 		declareCmd("orders", appliance.Durable, 2, Policy{}),
-		declareCmd("readings", appliance.DurabilityUnspecified, 1, Policy{}),
+		declareCmd("readings", appliance.Buffered, 1, Policy{}),
 		declareCmd("audit", appliance.DurabilityUnspecified, 1, Policy{Kind: ReplicaDurable, N: 1}))
 	s := f.State()
 	checkCopies(t, s, 1)
-	if d := s.Assignments["orders"][0].Describe(); d != "durable on 1 of 1" {
+	if d := s.Assignments["orders"][0].Describe(appliance.Durable); d != "durable on 1 of 1" {
 		t.Fatalf("orders on one member: %q", d)
 	}
 
 	applyAll(t, f, addMember("n2"))
 	s = f.State()
 	checkCopies(t, s, 2)
-	if d := s.Assignments["orders"][1].Describe(); d != "durable on 2 of 2" {
+	if d := s.Assignments["orders"][1].Describe(appliance.Durable); d != "durable on 2 of 2" {
 		t.Fatalf("orders on two members: %q", d)
 	}
 
@@ -94,8 +94,8 @@ func TestFillOnJoin(t *testing.T) {
 		"readings": "written on 2 of 3",   // declared without a policy: a majority of the copies
 		"audit":    "durable on 1 of 3"} { // replica_durable:1 keeps its N
 		for _, a := range s.Assignments[name] {
-			if a.Owner != "n1" || a.Epoch != 1 || a.Describe() != want {
-				t.Fatalf("%s/%d after joins: %+v reads %q, want owner n1, epoch 1, %q", name, a.Partition, a, a.Describe(), want)
+			if a.Owner != "n1" || a.Epoch != 1 || a.Describe(s.Queues[name].Config.Durability) != want {
+				t.Fatalf("%s/%d after joins: %+v reads %q, want owner n1, epoch 1, %q", name, a.Partition, a, a.Describe(s.Queues[name].Config.Durability), want)
 			}
 			if name == "readings" && s.Queues[name].Policy.String() != "replica_buffered:2" {
 				t.Fatalf("readings' policy after joins: %s, want replica_buffered:2", s.Queues[name].Policy)
@@ -163,7 +163,7 @@ func TestFillSpreadsAndFollowsReplicas(t *testing.T) {
 	if hosted["n2"] != 4 || hosted["n3"] != 4 {
 		t.Fatalf("followers per member %v, want 4 each", hosted)
 	}
-	if d := s.Assignments["q0"][0].Describe(); d != "durable on 2 of 2" {
+	if d := s.Assignments["q0"][0].Describe(s.Queues["q0"].Config.Durability); d != "durable on 2 of 2" {
 		t.Fatalf("q0/0 reads %q", d)
 	}
 

@@ -97,15 +97,18 @@ func (p Policy) Required(replicas int) int {
 	return p.N
 }
 
-// Boundary names the position the policy counts: "written" or "durable".
-func (p Policy) Boundary() string {
-	if p.Kind == ReplicaBuffered {
+// Boundary names the position a queue of the given mode counts: written
+// copies for a buffered queue, durable ones for a durable queue, whatever
+// the policy's name (the policy gives the count).
+func Boundary(mode appliance.Durability) string {
+	if mode == appliance.Buffered {
 		return "written"
 	}
 	return "durable"
 }
 
-// Describe reads the policy as an operator would: "written on 2 of 3".
-func (p Policy) Describe(replicas int) string {
-	return fmt.Sprintf("%s on %d of %d", p.Boundary(), p.Required(replicas), replicas)
+// Describe reads the policy on a queue of the given mode as an operator
+// would: "written on 2 of 3".
+func (p Policy) Describe(mode appliance.Durability, replicas int) string {
+	return fmt.Sprintf("%s on %d of %d", Boundary(mode), p.Required(replicas), replicas)
 }

@@ -79,7 +79,9 @@ type Assignment struct {
 func (a Assignment) Replicas() int { return 1 + len(a.Followers) }
 
 // Describe is the partition's policy as it reads: "written on 2 of 3".
-func (a Assignment) Describe() string { return a.Policy.Describe(a.Replicas()) }
+func (a Assignment) Describe(mode appliance.Durability) string {
+	return a.Policy.Describe(mode, a.Replicas())
+}
 
 // State is the replicated state machine's content. It is changed only by
 // apply, on the raft goroutine; readers get copies.
@@ -133,6 +135,21 @@ var settingChecks = map[string]func(string) error{
 		}
 		return nil
 	},
+	// default_policy: the policy, and through it the mode, of a queue
+	// declared without either (unset: durable, a majority of the copies).
+	"default_policy": func(v string) error {
+		if v == "" {
+			return nil
+		}
+		_, _, err := ParsePolicy(v)
+		return err
+	},
+}
+
+// clusterDefault is the default_policy setting; zero when unset.
+func (s *State) clusterDefault() Policy {
+	p, _, _ := ParsePolicy(s.Settings["default_policy"]) // checked when set
+	return p
 }
 
 // replicas is the cluster's replication factor: the copies a new
@@ -184,17 +201,22 @@ func (s *State) setSettings(kv map[string]string) error {
 }
 
 // declare applies a declaration with the cluster's rules: the mode is
-// fixed by the first declare, cluster-wide; a new queue declared without a
-// mode or policy becomes buffered; a policy implies the mode and must agree
-// with one given. A new queue is placed at once, its incarnation the
-// index of the command being applied (s.Applied).
+// fixed by the first declare, cluster-wide. A new queue declared without a
+// mode takes the one its policy implies (buffered for replica_buffered,
+// durable otherwise), or the cluster's default_policy's, or durable: the
+// default stays durable unless the operator sets a cluster default. The
+// mode and the count stay separate: majority_durable or replica_durable:N
+// on a buffered queue counts written copies; only replica_buffered names a
+// mode, and it cannot go with a durable queue. A new queue is placed at
+// once, its incarnation the index of the command being applied
+// (s.Applied).
 func (s *State) declare(c appliance.QueueConfig, p Policy, warnings []string) (Queue, bool, error) {
 	if err := c.Validate(); err != nil {
 		return Queue{}, false, err
 	}
-	if !p.IsZero() && c.Durability != appliance.DurabilityUnspecified && p.Durability() != c.Durability {
-		return Queue{}, false, fmt.Errorf("%w: policy %s replicates a %s queue, not a %s one",
-			appliance.ErrInvalid, p, p.Durability(), c.Durability)
+	if p.Kind == ReplicaBuffered && c.Durability == appliance.Durable {
+		return Queue{}, false, fmt.Errorf("%w: policy %s names a buffered queue, not a durable one (replica_durable:%d counts the same copies)",
+			appliance.ErrInvalid, p, p.N)
 	}
 	if c.Durability == appliance.DurabilityUnspecified && !p.IsZero() {
 		c.Durability = p.Durability()
@@ -216,14 +238,23 @@ func (s *State) declare(c appliance.QueueConfig, p Policy, warnings []string) (Q
 		s.declareDeadLetter(merged, owner)
 		return q, false, nil
 	}
+	cd := s.clusterDefault()
 	if c.Durability == appliance.DurabilityUnspecified {
-		c.Durability = appliance.Buffered
+		c.Durability = appliance.Durable
+		if !cd.IsZero() {
+			c.Durability = cd.Durability()
+		}
 	}
 	c = c.WithDefaults()
 	replicas := s.replicas()
-	defaulted := p.IsZero()
-	if defaulted {
+	defaulted := p.IsZero() && cd.IsZero()
+	switch {
+	case defaulted:
 		p = defaultPolicy(c.Durability, replicas)
+	case p.IsZero() && cd.Kind == ReplicaBuffered && c.Durability == appliance.Durable:
+		p = Policy{Kind: ReplicaDurable, N: cd.N} // the cluster's count, in the mode the declare named
+	case p.IsZero():
+		p = cd
 	}
 	if need := p.Required(replicas); need > replicas || replicas == 0 {
 		return Queue{}, false, fmt.Errorf("%w: policy %s needs %d copies, the cluster places %d",

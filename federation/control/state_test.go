@@ -49,23 +49,28 @@ func TestParsePolicy(t *testing.T) {
 		}
 	}
 	p := Policy{Kind: ReplicaBuffered, N: 2}
-	if d := p.Describe(3); d != "written on 2 of 3" {
+	if d := p.Describe(appliance.Buffered, 3); d != "written on 2 of 3" {
 		t.Errorf("Describe = %q", d)
 	}
-	if d := (Policy{Kind: MajorityDurable}).Describe(3); d != "durable on 2 of 3" {
+	if d := (Policy{Kind: MajorityDurable}).Describe(appliance.Durable, 3); d != "durable on 2 of 3" {
 		t.Errorf("Describe = %q", d)
 	}
 }
 
 func TestDeclareRules(t *testing.T) {
 	s := threeMembers(t)
-	// No mode, no policy: buffered, replica_buffered on a majority.
+	// No mode, no policy: the default stays durable, on a majority.
 	q, created, err := s.declare(appliance.QueueConfig{Name: "plain"}, Policy{}, nil)
 	if err != nil || !created {
 		t.Fatal(created, err)
 	}
-	if q.Config.Durability != appliance.Buffered || q.Policy != (Policy{Kind: ReplicaBuffered, N: 2}) || len(q.Warnings) == 0 {
+	if q.Config.Durability != appliance.Durable || q.Policy != (Policy{Kind: MajorityDurable}) || len(q.Warnings) != 0 {
 		t.Fatalf("default declare: %+v", q)
+	}
+	// Buffered without a policy: replica_buffered on a majority.
+	q, _, err = s.declare(appliance.QueueConfig{Name: "readings", Durability: appliance.Buffered}, Policy{}, nil)
+	if err != nil || q.Policy != (Policy{Kind: ReplicaBuffered, N: 2}) || len(q.Warnings) == 0 {
+		t.Fatalf("buffered declare: %+v %v", q, err)
 	}
 	// Durable without a policy: majority_durable.
 	q, _, err = s.declare(appliance.QueueConfig{Name: "orders", Durability: appliance.Durable, Partitions: 3}, Policy{}, nil)
@@ -79,9 +84,18 @@ func TestDeclareRules(t *testing.T) {
 	if q, created, err := s.declare(appliance.QueueConfig{Name: "orders"}, Policy{}, nil); err != nil || created || q.Config.Durability != appliance.Durable {
 		t.Fatalf("re-declare without mode: %+v %v %v", q, created, err)
 	}
-	// A policy implies the mode; a contradicting mode is invalid.
-	if _, _, err := s.declare(appliance.QueueConfig{Name: "x", Durability: appliance.Buffered}, Policy{Kind: ReplicaDurable, N: 2}, nil); !errors.Is(err, appliance.ErrInvalid) {
-		t.Fatalf("mode against policy: %v", err)
+	// The mode and the count stay separate: replica_durable:2 on a
+	// buffered queue counts written copies; replica_buffered names a mode
+	// and cannot go with a durable queue.
+	q, _, err = s.declare(appliance.QueueConfig{Name: "x", Durability: appliance.Buffered}, Policy{Kind: ReplicaDurable, N: 2}, nil)
+	if err != nil || q.Config.Durability != appliance.Buffered {
+		t.Fatalf("replica_durable:2 on a buffered queue: %+v %v", q, err)
+	}
+	if d := s.Assignments["x"][0].Describe(q.Config.Durability); d != "written on 2 of 3" {
+		t.Fatalf("replica_durable:2 on a buffered queue reads %q", d)
+	}
+	if _, _, err := s.declare(appliance.QueueConfig{Name: "x2", Durability: appliance.Durable}, Policy{Kind: ReplicaBuffered, N: 2}, nil); !errors.Is(err, appliance.ErrInvalid) {
+		t.Fatalf("replica_buffered on a durable queue: %v", err)
 	}
 	if q, _, err := s.declare(appliance.QueueConfig{Name: "y"}, Policy{Kind: ReplicaDurable, N: 3}, nil); err != nil || q.Config.Durability != appliance.Durable {
 		t.Fatalf("policy implies durable: %+v %v", q, err)
@@ -264,5 +278,34 @@ func TestIncarnation(t *testing.T) {
 	}
 	if s := g.State(); g.Applied() != 24 || s.Queues["q"].Incarnation != 24 || s.Assignments["q"][0].Incarnation != 24 {
 		t.Fatalf("restored: applied %d, %+v", g.Applied(), s.Assignments["q"])
+	}
+}
+
+// A cluster default_policy decides the mode and count of a queue declared
+// without either; a declare naming a mode wins, keeping the count.
+func TestClusterDefaultPolicy(t *testing.T) {
+	s := threeMembers(t)
+	if err := s.setSettings(map[string]string{"default_policy": "replica_buffered:2"}); err != nil {
+		t.Fatal(err)
+	}
+	q, _, err := s.declare(appliance.QueueConfig{Name: "plain"}, Policy{}, nil)
+	if err != nil || q.Config.Durability != appliance.Buffered || q.Policy != (Policy{Kind: ReplicaBuffered, N: 2}) {
+		t.Fatalf("with the cluster default: %+v %v", q, err)
+	}
+	q, _, err = s.declare(appliance.QueueConfig{Name: "orders", Durability: appliance.Durable}, Policy{}, nil)
+	if err != nil || q.Config.Durability != appliance.Durable || q.Policy != (Policy{Kind: ReplicaDurable, N: 2}) {
+		t.Fatalf("durable declare under a buffered cluster default: %+v %v", q, err)
+	}
+	if d := s.Assignments["orders"][0].Describe(q.Config.Durability); d != "durable on 2 of 3" {
+		t.Fatalf("reads %q", d)
+	}
+	if err := s.setSettings(map[string]string{"default_policy": "quorum"}); !errors.Is(err, appliance.ErrInvalid) {
+		t.Fatalf("a bad default_policy: %v", err)
+	}
+	if err := s.setSettings(map[string]string{"default_policy": ""}); err != nil {
+		t.Fatal(err)
+	}
+	if q, _, err := s.declare(appliance.QueueConfig{Name: "later"}, Policy{}, nil); err != nil || q.Config.Durability != appliance.Durable {
+		t.Fatalf("with the default cleared: %+v %v", q, err)
 	}
 }

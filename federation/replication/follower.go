@@ -66,7 +66,7 @@ type Follower struct {
 	mu       sync.Mutex
 	replicas map[string]*replica
 	closed   bool
-	interval time.Duration // the copies' background sync interval
+	interval time.Duration  // the copies' background sync interval
 	wg       sync.WaitGroup // streams and removals under way
 }
 

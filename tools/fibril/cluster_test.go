@@ -23,6 +23,10 @@ func (j *joinRecorder) DeclarePolicy(_ context.Context, c appliance.QueueConfig,
 func (j *joinRecorder) JoinVia(_ context.Context, peer string) error { j.peer = peer; return nil }
 func (j *joinRecorder) Owner(string) (string, string, bool)          { return "", "", false }
 func (j *joinRecorder) DeleteQueue(context.Context, string) error    { return nil }
+func (j *joinRecorder) ClusterSettings() map[string]string           { return map[string]string{} }
+func (j *joinRecorder) SetClusterSettings(context.Context, map[string]string) error {
+	return nil
+}
 
 // fibril cluster status prints members, leader and placement with the
 // followers' written and durable progress apart; join sends the peer; on

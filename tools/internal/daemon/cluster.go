@@ -14,6 +14,7 @@ import (
 	"github.com/fibril-edge/fibril/appliance/client"
 	"github.com/fibril-edge/fibril/appliance/server"
 	"github.com/fibril-edge/fibril/federation"
+	"github.com/fibril-edge/fibril/federation/control"
 )
 
 // ClusterConfig joins fibrild to a cluster (package federation). With an
@@ -28,6 +29,10 @@ type ClusterConfig struct {
 	TLSCert   string   `toml:"tls_cert" help:"cluster port TLS certificate (PEM file); with tls_key and tls_ca, mutual TLS between nodes"`
 	TLSKey    string   `toml:"tls_key" help:"cluster port TLS private key (PEM file)"`
 	TLSCA     string   `toml:"tls_ca" help:"CA bundle (PEM file) that signs every node's cluster certificate"`
+	// DefaultPolicy, when set, is made the cluster's default_policy
+	// setting once this node reaches a leader; unset leaves the setting
+	// as the cluster has it (PUT /api/cluster/settings changes it live).
+	DefaultPolicy string `toml:"default_policy" help:"policy (and so mode) of queues declared with neither, cluster-wide, e.g. replica_buffered:2; empty: durable on a majority"`
 }
 
 // Enabled reports whether the node is a cluster member.
@@ -87,6 +92,11 @@ func (c Config) clusterProblems() []Problem {
 	}
 	if _, err := cl.peers(); err != nil {
 		bad("cluster.peers", "%v", err)
+	}
+	if cl.DefaultPolicy != "" {
+		if _, _, err := control.ParsePolicy(cl.DefaultPolicy); err != nil {
+			bad("cluster.default_policy", "%v", err)
+		}
 	}
 	if cl.Bootstrap && cl.NonVoter {
 		bad("cluster.bootstrap", "a non-voter cannot bootstrap the cluster")
@@ -156,6 +166,9 @@ func openCluster(cfg Config, clientAddr string, log *slog.Logger) (*federation.C
 	}
 	log.Info("listening", "proto", "cluster", "addr", c.Node().ClusterAddr(), "node", id,
 		"voter", !bool(cl.NonVoter), "tls", srvTLS != nil)
+	if cl.DefaultPolicy != "" {
+		c.EnsureSettings(map[string]string{"default_policy": cl.DefaultPolicy})
+	}
 	return c, nil
 }
 

@@ -13,6 +13,7 @@ func TestClusterConfigProblems(t *testing.T) {
 		{"non-voter bootstrap", "[cluster]\nlisten = \"127.0.0.1:7422\"\nbootstrap = true\nnon_voter = true\n", "cluster.bootstrap"},
 		{"half TLS", "[cluster]\nlisten = \"127.0.0.1:7422\"\nbootstrap = true\ntls_cert = \"c.pem\"\n", "cluster.tls_cert"},
 		{"bad listen", "[cluster]\nlisten = \"nowhere\"\nbootstrap = true\n", "cluster.listen"},
+		{"bad default policy", "[cluster]\nlisten = \"127.0.0.1:7422\"\nbootstrap = true\ndefault_policy = \"quorum:2\"\n", "cluster.default_policy"},
 		{"advertise port 0", "[cluster]\nlisten = \"127.0.0.1:0\"\nadvertise = \"10.0.0.1:0\"\nbootstrap = true\n", "cluster.advertise"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

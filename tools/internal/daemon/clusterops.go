@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"maps"
 
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/appliance/admin"
@@ -13,6 +14,18 @@ import (
 type clusterOps struct{ *federation.Cluster }
 
 var _ admin.ClusterOps = clusterOps{}
+
+// ClusterSettings are the cluster-wide settings as this node's state has
+// them.
+func (c clusterOps) ClusterSettings() map[string]string {
+	return maps.Clone(c.Node().State().Settings)
+}
+
+// SetClusterSettings changes cluster-wide settings through the control
+// plane.
+func (c clusterOps) SetClusterSettings(ctx context.Context, kv map[string]string) error {
+	return c.Node().SetSettings(ctx, kv)
+}
 
 // DeclarePolicy declares a queue through the control plane and answers
 // the stored declaration as the admin API renders it.
