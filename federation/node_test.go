@@ -2,11 +2,14 @@ package federation
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -215,12 +218,38 @@ func TestNonVoterJoins(t *testing.T) {
 
 func TestMain(m *testing.M) { leakcheck.Main(m) }
 
-// With mutual TLS on the cluster port, the cluster forms and forwards as
-// before, and a node without the cluster's certificate cannot join.
+// clusterCerts makes a cluster CA and returns the TLS of any node id it
+// signs a certificate for, and the CA pool.
+func clusterCerts(t *testing.T) (nodeTLS func(id string) (server, client *tls.Config), pool *x509.CertPool) {
+	t.Helper()
+	caCert, caKey, err := NewCA("test cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool = x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caCert) {
+		t.Fatal("CA certificate does not parse")
+	}
+	return func(id string) (*tls.Config, *tls.Config) {
+		certPEM, keyPEM, err := NewNodeCert(caCert, caKey, id, []string{"127.0.0.1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return MutualTLS(cert, pool)
+	}, pool
+}
+
+// With mutual TLS on the cluster port, each node's certificate naming it,
+// the cluster forms and forwards as before; a node without a certificate
+// the cluster CA signed cannot join, and neither can a node whose
+// certificate names another node than the one it claims to be.
 func TestClusterPortTLS(t *testing.T) {
-	cert, pool := testcert.SelfSigned(t)
-	srv, cli := MutualTLS(cert, pool)
-	c := startCluster(t, 3, func(o *Options) { o.ServerTLS, o.ClientTLS = srv, cli })
+	nodeTLS, pool := clusterCerts(t)
+	c := startCluster(t, 3, func(o *Options) { o.ServerTLS, o.ClientTLS = nodeTLS(o.ID) })
 	lead := c.leader()
 	for _, id := range c.ids {
 		if id != lead {
@@ -231,21 +260,28 @@ func TestClusterPortTLS(t *testing.T) {
 		}
 	}
 	other, _ := testcert.SelfSigned(t) // a certificate the cluster did not sign
-	_, badCli := MutualTLS(other, pool)
-	intruder, err := Open(Options{ID: "intruder", Dir: t.TempDir(), Listen: "127.0.0.1:0", ServerTLS: srv, ClientTLS: badCli,
-		Peers: []Peer{{ID: "n1", Addr: c.addrs["n1"]}}, ElectionTimeout: testElection,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer intruder.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := intruder.JoinVia(ctx, c.addrs["n1"]); err == nil {
-		t.Fatal("a node with a certificate the cluster CA did not sign joined")
-	}
-	if _, ok := c.nodes[lead].State().Members["intruder"]; ok {
-		t.Fatal("intruder in the member list")
+	_, foreign := MutualTLS(other, pool)
+	srv, impostor := nodeTLS("n5") // signed, but for another node
+	for name, cli := range map[string]*tls.Config{"a foreign CA": foreign, "a certificate for n5": impostor} {
+		intruder, err := Open(Options{ID: "intruder", Dir: t.TempDir(), Listen: "127.0.0.1:0", ServerTLS: srv, ClientTLS: cli,
+			Peers: []Peer{{ID: "n1", Addr: c.addrs["n1"]}}, ElectionTimeout: testElection,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = intruder.JoinVia(ctx, c.addrs["n1"])
+		cancel()
+		intruder.Close()
+		if err == nil {
+			t.Fatalf("a node with %s joined as intruder", name)
+		}
+		if cli == impostor && !strings.Contains(err.Error(), `names node "n5"`) {
+			t.Fatalf("joining as intruder with n5's certificate: %v", err)
+		}
+		if _, ok := c.nodes[lead].State().Members["intruder"]; ok {
+			t.Fatalf("with %s: intruder in the member list", name)
+		}
 	}
 }
 

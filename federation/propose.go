@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"time"
 
@@ -78,12 +79,30 @@ func decodeResult(resp controlResponse) control.Result {
 	return r
 }
 
+// maxControlRequest bounds a control request: a few declarations' worth,
+// read before anything is allocated for more.
+const maxControlRequest = 1 << 20
+
+// isMember reports whether id is in the member list.
+func (n *Node) isMember(id string) bool {
+	ok := false
+	n.read(func(s *control.State) { _, ok = s.Members[id] })
+	return ok
+}
+
 // serveControl answers one control request; only the leader applies.
 func (n *Node) serveControl(c net.Conn) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(controlTimeout))
 	var req controlRequest
-	if err := json.NewDecoder(c).Decode(&req); err != nil {
+	if err := json.NewDecoder(io.LimitReader(c, maxControlRequest)).Decode(&req); err != nil {
+		return
+	}
+	// A peer is the node its certificate names: it may ask to join only as
+	// itself, unless it is a member passing a joiner's request on.
+	if id, ok := PeerNodeID(c); ok && req.Join != nil && req.Join.ID != id && !n.isMember(id) {
+		json.NewEncoder(c).Encode(encodeResult(control.Result{Err: fmt.Errorf(
+			"%w: the certificate names node %q, which may not join as %q", appliance.ErrInvalid, id, req.Join.ID)}))
 		return
 	}
 	select {

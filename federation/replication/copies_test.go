@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,6 +112,26 @@ func TestFollowerAcceptsOnlyAssignedStreams(t *testing.T) {
 	}
 	if _, err := fs.Stat(fs.PathJoin("r", "q", "5", "0")); err != nil {
 		t.Fatalf("copy directory: %v", err)
+	}
+}
+
+// A stream is taken only from the node its peer's certificate names: a
+// Hello claiming another owner is refused before anything opens.
+func TestFollowerTakesStreamsOnlyFromTheNamedPeer(t *testing.T) {
+	fs := vfs.NewMem()
+	a := &assignment{owner: "o", incarnation: 5}
+	var peer atomic.Value // what the connection's certificate says
+	peer.Store("n2")
+	f := NewFollower(FollowerOptions{Dir: "r", FS: fs, Logger: quiet, Accept: a.accept, Keep: a.keep,
+		PeerID: func(net.Conn) (string, bool) { return peer.Load().(string), true }})
+	addr := serveFollower(t, f)
+	wantRefuse(t, addr, Hello{Epoch: 1, Incarnation: 5, Queue: "q", Owner: "o"}, `names node "n2", not the owner "o"`)
+	if _, ok := f.Log("q", 0); ok {
+		t.Fatal("a stream from an impostor opened a copy")
+	}
+	peer.Store("o")
+	if _, _, fr := helloConn(t, addr, Hello{Epoch: 1, Incarnation: 5, Queue: "q", Owner: "o"}); fr.(Position) != (Position{}) {
+		t.Fatalf("the owner itself answered %#v", fr)
 	}
 }
 

@@ -48,6 +48,10 @@ type FollowerOptions struct {
 	// Collect removes the copies it rejects, and a copy it rejects is
 	// not opened. It must not block. Default: every copy is kept.
 	Keep func(c CopyID) bool
+	// PeerID, when set, names the node at the other end of a stream (from
+	// its verified certificate; ok false without one): a stream is taken
+	// only from the owner its Hello names. Default: no check.
+	PeerID func(net.Conn) (id string, ok bool)
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -128,6 +132,14 @@ func (f *Follower) Serve(c net.Conn) {
 	if !ok {
 		w.send(Refuse{Reason: "expected hello"})
 		return
+	}
+	if f.opts.PeerID != nil {
+		if id, ok := f.opts.PeerID(c); ok && id != h.Owner {
+			f.opts.Logger.Warn("replication stream refused: the peer's certificate names another node",
+				"queue", h.Queue, "partition", h.Partition, "claimed_owner", h.Owner, "certificate", id)
+			w.send(Refuse{Reason: fmt.Sprintf("the certificate names node %q, not the owner %q", id, h.Owner)})
+			return
+		}
 	}
 	if f.opts.Accept != nil {
 		if err := f.opts.Accept(f.ctx, h); err != nil {
