@@ -34,6 +34,11 @@ func TestCheckConfig(t *testing.T) {
 			"bad.toml:10: log.level: \"loud\"",
 			"bad.toml:11: log.format: cannot decode TOML integer",
 		}},
+		{"open.toml", "[admin]\nlisten = \"0.0.0.0:7421\"\n[cluster]\nlisten = \"0.0.0.0:7422\"\nbootstrap = true\n", 2, []string{
+			"open.toml:2: admin.listen: 0.0.0.0:7421 is off loopback",
+			"open.toml:4: cluster.listen: 0.0.0.0:7422 is off loopback",
+		}},
+		{"insecure.toml", "[admin]\nlisten = \"0.0.0.0:7421\"\ninsecure = true\n[cluster]\nlisten = \"0.0.0.0:7422\"\nbootstrap = true\ninsecure = true\n", 0, nil},
 		{"syntax.toml", "[server]\nlisten = \"unterminated\ntokens = []\n", 2, []string{"syntax.toml:2: syntax error"}},
 		{"twice.toml", "[server]\nlisten = \"a:1\"\nlisten = \"b:2\"\n", 2, []string{"twice.toml:3: key listen is already defined"}},
 	} {

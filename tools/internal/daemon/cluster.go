@@ -29,6 +29,9 @@ type ClusterConfig struct {
 	TLSCert   string   `toml:"tls_cert" help:"cluster port TLS certificate (PEM file); with tls_key and tls_ca, mutual TLS between nodes"`
 	TLSKey    string   `toml:"tls_key" help:"cluster port TLS private key (PEM file)"`
 	TLSCA     string   `toml:"tls_ca" help:"CA bundle (PEM file) that signs every node's cluster certificate"`
+	// Insecure lets the cluster port listen off loopback without mutual
+	// TLS; the daemon warns about it at every start.
+	Insecure Bool `toml:"insecure" help:"serve the cluster port off loopback without mutual TLS (true or false; anyone who reaches it controls the cluster)"`
 	// DefaultPolicy, when set, is made the cluster's default_policy
 	// setting once this node reaches a leader; unset leaves the setting
 	// as the cluster has it (PUT /api/cluster/settings changes it live).
@@ -55,6 +58,20 @@ func (b *Bool) UnmarshalText(p []byte) error {
 }
 
 func (b Bool) String() string { return fmt.Sprint(bool(b)) }
+
+// IsLoopback reports whether a listen address serves loopback only: a
+// loopback IP or localhost. An empty host listens on every interface.
+func IsLoopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
 
 // peers parses "id@host:port" entries.
 func (c ClusterConfig) peers() ([]federation.Peer, error) {
@@ -106,6 +123,10 @@ func (c Config) clusterProblems() []Problem {
 		if v != "" {
 			tlsSet++
 		}
+	}
+	if tlsSet == 0 && !IsLoopback(cl.Listen) && !bool(cl.Insecure) {
+		bad("cluster.listen", "%s is off loopback: the cluster port needs mutual TLS there (tls_cert, tls_key and tls_ca; "+
+			"`fibril cluster certs` makes them), or insecure = true", cl.Listen)
 	}
 	if tlsSet != 0 && tlsSet != 3 {
 		bad("cluster.tls_cert", "tls_cert, tls_key and tls_ca go together: set all three or none")
@@ -166,6 +187,10 @@ func openCluster(cfg Config, clientAddr string, log *slog.Logger) (*federation.C
 	}
 	log.Info("listening", "proto", "cluster", "addr", c.Node().ClusterAddr(), "node", id,
 		"voter", !bool(cl.NonVoter), "tls", srvTLS != nil)
+	if srvTLS == nil && !IsLoopback(cl.Listen) {
+		log.Warn("INSECURE: the cluster port serves off loopback without mutual TLS ([cluster] insecure = true): "+
+			"anyone who reaches it can join the cluster, read its data and delete its queues", "addr", cl.Listen)
+	}
 	if cl.DefaultPolicy != "" {
 		c.EnsureSettings(map[string]string{"default_policy": cl.DefaultPolicy})
 	}

@@ -14,6 +14,8 @@ func TestClusterConfigProblems(t *testing.T) {
 		{"half TLS", "[cluster]\nlisten = \"127.0.0.1:7422\"\nbootstrap = true\ntls_cert = \"c.pem\"\n", "cluster.tls_cert"},
 		{"bad listen", "[cluster]\nlisten = \"nowhere\"\nbootstrap = true\n", "cluster.listen"},
 		{"bad default policy", "[cluster]\nlisten = \"127.0.0.1:7422\"\nbootstrap = true\ndefault_policy = \"quorum:2\"\n", "cluster.default_policy"},
+		{"off loopback without TLS", "[cluster]\nlisten = \"0.0.0.0:7422\"\nbootstrap = true\n", "cluster.listen"},
+		{"every interface without TLS", "[cluster]\nlisten = \":7422\"\nbootstrap = true\n", "cluster.listen"},
 		{"advertise port 0", "[cluster]\nlisten = \"127.0.0.1:0\"\nadvertise = \"10.0.0.1:0\"\nbootstrap = true\n", "cluster.advertise"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -40,5 +42,33 @@ func TestClusterConfigProblems(t *testing.T) {
 	var b Bool
 	if err := b.UnmarshalText([]byte("maybe")); err == nil {
 		t.Fatal("maybe read as a boolean")
+	}
+}
+
+// Off loopback the admin API needs tokens and the cluster port mutual
+// TLS, unless the operator says insecure = true.
+func TestInsecureOnlyWhenAsked(t *testing.T) {
+	for _, tc := range []struct {
+		toml, problem string
+	}{
+		{"[admin]\nlisten = \"0.0.0.0:7421\"\n", "admin.listen"},
+		{"[admin]\nlisten = \"0.0.0.0:7421\"\ninsecure = true\n", ""},
+		{"[server]\ntokens = [\"s3cret\"]\n[admin]\nlisten = \"10.0.0.1:7421\"\n", ""},
+		{"[admin]\nlisten = \"localhost:7421\"\n", ""},
+		{"[cluster]\nlisten = \"10.0.0.1:7422\"\nbootstrap = true\n", "cluster.listen"},
+		{"[cluster]\nlisten = \"10.0.0.1:7422\"\nbootstrap = true\ninsecure = true\n", ""},
+		{"[cluster]\nlisten = \"[::1]:7422\"\nbootstrap = true\n", ""},
+	} {
+		c, err := Parse([]byte(tc.toml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = c.Validate()
+		switch {
+		case tc.problem == "" && err != nil:
+			t.Errorf("%q: %v", tc.toml, err)
+		case tc.problem != "" && (err == nil || !strings.Contains(err.Error(), tc.problem)):
+			t.Errorf("%q: %v, want a problem with %s", tc.toml, err, tc.problem)
+		}
 	}
 }

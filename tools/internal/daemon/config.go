@@ -52,6 +52,9 @@ type ServerConfig struct {
 // appliance/admin), authenticated with the [server] tokens.
 type AdminConfig struct {
 	Listen string `toml:"listen" help:"admin HTTP API, /metrics and dashboard address; empty: off"`
+	// Insecure lets the admin API listen off loopback without [server]
+	// tokens; the daemon warns about it at every start.
+	Insecure Bool `toml:"insecure" help:"serve the admin API off loopback without tokens (true or false; anyone who reaches it controls the broker)"`
 }
 
 // StorageConfig is where and how queues are stored.
@@ -214,6 +217,9 @@ func (c Config) valueProblems() []Problem {
 	case "text", "json":
 	default:
 		bad("log.format", "%q (want text or json)", c.Log.Format)
+	}
+	if c.Admin.Listen != "" && !IsLoopback(c.Admin.Listen) && len(c.Server.Tokens) == 0 && !bool(c.Admin.Insecure) {
+		bad("admin.listen", "%s is off loopback: the admin API needs [server] tokens there, or [admin] insecure = true", c.Admin.Listen)
 	}
 	problems = append(problems, c.clusterProblems()...)
 	return append(problems, c.bridgeProblems()...)

@@ -100,18 +100,18 @@ func TestValidate(t *testing.T) {
 
 func TestSetEveryKey(t *testing.T) {
 	keys := Keys()
-	if len(keys) != 26 {
+	if len(keys) != 28 {
 		t.Fatalf("%d keys: %v", len(keys), keys)
 	}
 	values := map[string]string{
 		"server.listen": "127.0.0.1:0", "server.tokens": "a, b,", "server.tls_cert": "c.pem",
 		"server.tls_key": "k.pem", "server.max_frame": "1MiB", "server.heartbeat": "2s", "server.max_connections": "16",
-		"admin.listen": "127.0.0.1:0", "storage.data_dir": "/tmp/x", "storage.segment_size": "8MiB",
+		"admin.listen": "127.0.0.1:0", "admin.insecure": "true", "storage.data_dir": "/tmp/x", "storage.segment_size": "8MiB",
 		"storage.tail_cache": "4KiB", "storage.disk_budget": "10GB", "storage.min_free": "0",
 		"storage.checkpoint_delay": "200ms", "log.level": "debug", "log.format": "json",
 		"cluster.node_id": "n1", "cluster.listen": "127.0.0.1:7422", "cluster.advertise": "10.0.0.1:7422",
 		"cluster.peers": "n2@10.0.0.2:7422, n3@10.0.0.3:7422", "cluster.bootstrap": "true", "cluster.non_voter": "false",
-		"cluster.tls_cert": "c.pem", "cluster.tls_key": "k.pem", "cluster.tls_ca": "ca.pem", "cluster.default_policy": "replica_buffered:2",
+		"cluster.tls_cert": "c.pem", "cluster.tls_key": "k.pem", "cluster.tls_ca": "ca.pem", "cluster.default_policy": "replica_buffered:2", "cluster.insecure": "true",
 	}
 	var c Config
 	for _, k := range keys {
@@ -129,13 +129,13 @@ func TestSetEveryKey(t *testing.T) {
 	want := Config{
 		Server: ServerConfig{Listen: "127.0.0.1:0", Tokens: []string{"a", "b"}, TLSCert: "c.pem", TLSKey: "k.pem",
 			MaxFrame: 1 << 20, Heartbeat: Duration(2 * time.Second), MaxConnections: 16},
-		Admin: AdminConfig{Listen: "127.0.0.1:0"},
+		Admin: AdminConfig{Listen: "127.0.0.1:0", Insecure: true},
 		Storage: StorageConfig{DataDir: "/tmp/x", SegmentSize: 8 << 20, TailCache: 4 << 10, DiskBudget: 10e9,
 			CheckpointDelay: Duration(200 * time.Millisecond)},
 		Log: LogConfig{Level: "debug", Format: "json"},
 		Cluster: ClusterConfig{NodeID: "n1", Listen: "127.0.0.1:7422", Advertise: "10.0.0.1:7422",
 			Peers: []string{"n2@10.0.0.2:7422", "n3@10.0.0.3:7422"}, Bootstrap: true,
-			TLSCert: "c.pem", TLSKey: "k.pem", TLSCA: "ca.pem", DefaultPolicy: "replica_buffered:2"},
+			TLSCert: "c.pem", TLSKey: "k.pem", TLSCA: "ca.pem", DefaultPolicy: "replica_buffered:2", Insecure: true},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("after Set\n got %+v\nwant %+v", c, want)

@@ -235,6 +235,10 @@ func startAdmin(cfg Config, b *appliance.Broker, m *admin.Metrics, srv *server.S
 		served: make(chan error, 1),
 	}
 	log.Info("listening", "proto", "admin", "addr", ln.Addr().String(), "auth", len(cfg.Server.Tokens) > 0)
+	if len(cfg.Server.Tokens) == 0 && !IsLoopback(cfg.Admin.Listen) {
+		log.Warn("INSECURE: the admin API serves off loopback without tokens ([admin] insecure = true): "+
+			"anyone who reaches it can read, publish, ack and delete", "addr", cfg.Admin.Listen)
+	}
 	go func() {
 		err := a.http.Serve(ln)
 		if !errors.Is(err, http.ErrServerClosed) {
