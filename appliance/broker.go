@@ -313,7 +313,10 @@ func (b *Broker) publishDeadLetter(name string, m Message) (Confirm, error) {
 			return Confirm{}, err
 		}
 	}
-	m.ID = "" // a copy is not a duplicate of its original
+	// The copy keeps the message's id: consumers of the dead-letter queue
+	// see which message it was, and a copy made twice (the copy confirmed,
+	// the marker here not) is a repeat the dead-letter queue's dedupe
+	// window can drop.
 	return b.Publish(context.Background(), name, m)
 }
 

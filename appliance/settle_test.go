@@ -142,7 +142,7 @@ func TestNackDeadLetterUnderItsOwnMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	dd := dc.next(t, ctx)
-	if string(dd.Body) != "payload" || dd.Queue != "dlq" || dd.Deliveries != 1 {
+	if string(dd.Body) != "payload" || dd.Queue != "dlq" || dd.Deliveries != 1 || dd.MessageID != "order-1" {
 		t.Fatalf("dead letter %+v", dd)
 	}
 	want := []Header{
