@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -348,5 +349,47 @@ func TestBackoffStartsOverAfterAReconnect(t *testing.T) {
 	shutdown() // a session of moments
 	if a := next(); a != 1 {
 		t.Fatalf("after a reconnect, the next loss's first failed attempt is number %d, want 1", a)
+	}
+}
+
+// messageLog counts the records the client logs, by message.
+type messageLog struct {
+	mu   *sync.Mutex
+	seen map[string]int
+}
+
+func (h messageLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h messageLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h messageLog) WithGroup(string) slog.Handler            { return h }
+func (h messageLog) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.seen[r.Message]++
+	h.mu.Unlock()
+	return nil
+}
+
+// A clean Close is not a lost connection: the client neither says it is
+// reconnecting nor tries to.
+func TestCloseIsNotALostConnection(t *testing.T) {
+	_, addr := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	logs := messageLog{mu: &sync.Mutex{}, seen: map[string]int{}}
+	for range 20 {
+		c, err := client.Dial(ctx, addr, client.Options{Logger: slog.New(logs)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.DeclareQueue(ctx, client.Queue("q")); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	for _, msg := range []string{"fibril: connection lost; reconnecting", "fibril: reconnect failed", "fibril: reconnected"} {
+		if n := logs.seen[msg]; n != 0 {
+			t.Errorf("20 clean closes logged %q %d times", msg, n)
+		}
 	}
 }

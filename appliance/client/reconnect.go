@@ -42,7 +42,7 @@ func (c *Client) supervise(cn *conn) {
 		cn.wait()
 		cause := cn.cause()
 		c.lost(cn)
-		if c.life.Err() != nil {
+		if c.life.Err() != nil || c.isClosed() { // Close ended it: nothing was lost
 			return
 		}
 		if c.opts.DisableReconnect {

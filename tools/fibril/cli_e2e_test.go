@@ -1,7 +1,13 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -155,5 +161,37 @@ func TestCLIToken(t *testing.T) {
 		env = []string{envAdmin + "=" + d.admin}
 		fibrilCLI(t, cli, "", env, "queue", "ls").want(t, 1, "", "FIBRIL_TOKEN")
 		fibrilCLI(t, cli, "", append(env, envToken+"=s3cret"), "queue", "ls").want(t, 0, "NAME", "")
+	}
+}
+
+// fibril sub, with fibrild shutting down under it, says the subscription
+// ended and why, and exits 1 (a failure, not a usage error or a crash).
+func TestCLISubWhenFibrildStops(t *testing.T) {
+	cli, daemonBin := binaries(t)
+	d := startFibrild(t, daemonBin)
+	declareOverWire(t, d.server, client.Queue("jobs").Durable())
+	fibrilCLI(t, cli, "", []string{envServer + "=" + d.server}, "pub", "jobs", "first").want(t, 0, "offset=0", "")
+	ctx, cancel := context.WithTimeout(context.Background(), cliWait)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cli, "sub", "jobs", "--ack", "none")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), envServer + "=" + d.server}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.Contains(line, "first") {
+		t.Fatalf("sub printed %q (%v) before fibrild stopped", line, err)
+	}
+	d.stop(t)
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(stderr.String(), "subscription to jobs ended") {
+		t.Fatalf("sub after fibrild stopped: %v, stderr %q", err, stderr.String())
 	}
 }

@@ -94,8 +94,16 @@ func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	for n := 0; *maxN == 0 || n < *maxN; n++ {
 		var d *client.Delivery
+		var open bool
 		select {
-		case d = <-cons.Messages():
+		case d, open = <-cons.Messages():
+			if !open { // the consumer ended: say why, as Done does
+				<-cons.Done()
+				if err := cons.Err(); err != nil {
+					return fmt.Errorf("subscription to %s ended: %w", queue, err)
+				}
+				return fmt.Errorf("subscription to %s ended: the connection to fibrild closed", queue)
+			}
 		case <-cons.Done():
 			if err := cons.Err(); err != nil {
 				return fmt.Errorf("subscription to %s ended: %w", queue, err)
