@@ -14,14 +14,25 @@ import (
 // In gap mode, used by buffered queues by default, the batch ends once no
 // publish arrived for the gap, so a burst goes out as one append.
 
-// maxPublishBatch caps the publishes one append carries.
-const maxPublishBatch = 512
+// Limits of publish batching. One append carries at most maxPublishBatch
+// publishes and maxBatchBytes of them (or a segment's fourth, if less), so
+// no batch of valid publishes is larger than a segment takes. What waits
+// to be appended is bounded at maxPendingBatches batches' worth: a
+// publisher that finds it full waits, which holds back the connection it
+// reads from, so a client sending fast is slowed, never refused.
+const (
+	maxPublishBatch   = 512
+	maxBatchBytes     = 4 << 20
+	maxPendingBatches = 4
+)
 
 // publishBatch is a partition's batch in the making. Its mutex guards every
 // field; the goroutine that set flushing is the one appending.
 type publishBatch struct {
 	mu          sync.Mutex
+	room        *sync.Cond // signalled when pending shrinks or closes
 	pending     []pubReq
+	pendingSize int64 // the pending records' bytes
 	lastArrival time.Time
 	flushTimer  *gapTimer // armed in gap mode while publishes wait
 	flushing    bool      // a flusher is appending pending batches
@@ -37,14 +48,18 @@ type pubReq struct {
 func (p *partition) publish(rec []byte, done func(wal.AppendResult, error)) {
 	gap := p.q.b.publishGap(p.q.cfg().Durability)
 	p.batch.mu.Lock()
+	for !p.batch.closed && p.pendingFullLocked() {
+		p.batch.room.Wait()
+	}
 	if p.batch.closed {
 		p.batch.mu.Unlock()
 		done(wal.AppendResult{}, ErrClosed)
 		return
 	}
 	p.batch.pending = append(p.batch.pending, pubReq{rec: rec, done: done})
+	p.batch.pendingSize += int64(len(rec))
 	p.batch.lastArrival = time.Now()
-	full := len(p.batch.pending) >= maxPublishBatch
+	full := len(p.batch.pending) >= maxPublishBatch || p.batch.pendingSize >= p.batchBytes()
 	switch {
 	case gap <= 0 || full:
 		if p.batch.flushTimer != nil && p.batch.flushTimer.Stop() {
@@ -71,7 +86,8 @@ func (p *partition) gapElapsed() {
 	gap := p.q.b.publishGap(p.q.cfg().Durability)
 	p.batch.mu.Lock()
 	p.batch.flushTimer = nil
-	if rest := gap - time.Since(p.batch.lastArrival); rest > 0 && len(p.batch.pending) < maxPublishBatch {
+	if rest := gap - time.Since(p.batch.lastArrival); rest > 0 && len(p.batch.pending) < maxPublishBatch &&
+		p.batch.pendingSize < p.batchBytes() {
 		p.batch.flushTimer = afterGap(rest, p.gapElapsed)
 		p.batch.mu.Unlock()
 		return
@@ -85,12 +101,45 @@ func (p *partition) gapElapsed() {
 	p.flushBatches()
 }
 
+// batchBytes is the most record bytes one publish append carries.
+func (p *partition) batchBytes() int64 { return min(maxBatchBytes, p.log.MaxBatchBytes()/4) }
+
+// pendingFullLocked reports whether what waits to be appended is at its
+// bound; called with batch.mu held.
+func (p *partition) pendingFullLocked() bool {
+	return len(p.batch.pending) >= maxPendingBatches*maxPublishBatch ||
+		p.batch.pendingSize >= maxPendingBatches*p.batchBytes()
+}
+
+// takeBatchLocked takes the next batch off pending: at most
+// maxPublishBatch publishes and batchBytes bytes, and at least one (a
+// record alone over the byte cap goes alone; the log takes up to a
+// segment). Called with batch.mu held.
+func (p *partition) takeBatchLocked() []pubReq {
+	n, size, limit := 0, int64(0), p.batchBytes()
+	for n < len(p.batch.pending) && n < maxPublishBatch {
+		r := int64(len(p.batch.pending[n].rec))
+		if n > 0 && size+r > limit {
+			break
+		}
+		size += r
+		n++
+	}
+	batch := p.batch.pending[:n:n]
+	p.batch.pending = p.batch.pending[n:]
+	if len(p.batch.pending) == 0 {
+		p.batch.pending = nil
+	}
+	p.batch.pendingSize -= size
+	p.batch.room.Broadcast()
+	return batch
+}
+
 // flushBatches appends pending batches until none is left.
 func (p *partition) flushBatches() {
 	for {
 		p.batch.mu.Lock()
-		batch := p.batch.pending
-		p.batch.pending = nil
+		batch := p.takeBatchLocked()
 		if len(batch) == 0 {
 			p.batch.flushing = false
 			p.batch.mu.Unlock()
@@ -118,7 +167,8 @@ func (p *partition) closeBatches() {
 		p.batch.flushTimer = nil
 	}
 	pending := p.batch.pending
-	p.batch.pending = nil
+	p.batch.pending, p.batch.pendingSize = nil, 0
+	p.batch.room.Broadcast()
 	p.batch.mu.Unlock()
 	for _, r := range pending {
 		r.done(wal.AppendResult{}, ErrClosed)

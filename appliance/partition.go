@@ -65,9 +65,18 @@ type partition struct {
 }
 
 type pendingAppend struct {
-	c       *wal.Completion
-	entries []wal.Entry
-	done    func(wal.AppendResult, error) // after apply, on the applier goroutine
+	c        *wal.Completion
+	entries  []wal.Entry
+	applying func()                        // right before apply, on the applier goroutine; may be nil
+	done     func(wal.AppendResult, error) // after apply, on the applier goroutine
+}
+
+// applyPending applies a completed append's entries.
+func (p *partition) applyPending(pa pendingAppend, first uint64) error {
+	if pa.applying != nil {
+		pa.applying()
+	}
+	return p.apply(first, pa.entries)
 }
 
 type dedupeRecord struct {
@@ -88,6 +97,7 @@ func openPartition(q *queue, idx int, log *wal.Log, rp *replayer, gate ReplicaGa
 		kick:        make(chan struct{}, 1),
 		closing:     make(chan struct{}),
 	}
+	p.batch.room = sync.NewCond(&p.batch.mu)
 	p.count.Store(rp.st.count)
 	p.bytes.Store(rp.st.bytes)
 	heldTo := rp.st.appliedNext
@@ -125,6 +135,12 @@ func (p *partition) read(offset uint64) (wal.Record, error) {
 // submit appends entries at the partition's durability; done runs after
 // they are applied (or failed).
 func (p *partition) submit(entries []wal.Entry, done func(wal.AppendResult, error)) {
+	p.submitThen(entries, nil, done)
+}
+
+// submitThen is submit with applying, run on the applier goroutine right
+// before the entries are applied (not when the append failed).
+func (p *partition) submitThen(entries []wal.Entry, applying func(), done func(wal.AppendResult, error)) {
 	p.submitMu.Lock()
 	defer p.submitMu.Unlock()
 	select {
@@ -137,7 +153,7 @@ func (p *partition) submit(entries []wal.Entry, done func(wal.AppendResult, erro
 	}
 	c := p.log.AppendAsync(entries, p.dur)
 	select {
-	case p.applyCh <- pendingAppend{c: c, entries: entries, done: done}:
+	case p.applyCh <- pendingAppend{c: c, entries: entries, applying: applying, done: done}:
 	case <-p.closing:
 		// The applier may be held at the replica gate with the channel
 		// full; closing ends that wait. What this append wrote is applied
@@ -203,9 +219,9 @@ func (p *partition) runApplier() {
 				err = fmt.Errorf("%w: queue %s partition %d: not enough copies: %w", ErrUnavailable, p.q.cfg().Name, p.idx, err)
 				break
 			}
-			err = p.apply(res.First, pa.entries)
+			err = p.applyPending(pa, res.First)
 		case err == nil:
-			err = p.apply(res.First, pa.entries)
+			err = p.applyPending(pa, res.First)
 		case errors.Is(err, wal.ErrNoSpace): // nothing written, the log stays healthy
 			if len(pa.entries) > 0 && pa.entries[0].Type == recPublish {
 				p.q.counters.rejectedDisk.Add(1)

@@ -43,7 +43,19 @@ type queue struct {
 	dedupe   map[string]*dedupeEntry
 	order    []dedupeKey
 
+	admit admission
+
 	counters queueCounters
+}
+
+// admission holds what the queue's limits must count besides the applied
+// state: publishes admitted but not applied yet, and drop-oldest discards
+// appended but not applied yet. One mutex guards the check and the
+// reservation, so concurrent publishers cannot both take the last room.
+type admission struct {
+	mu              sync.Mutex
+	pubs, pubBytes  int64 // admitted, not yet applied or failed
+	drops, dropSize int64 // discarded for room, not yet applied
 }
 
 type queueCounters struct {
@@ -124,12 +136,14 @@ func (q *queue) publish(m Message, now time.Time, done func(Confirm, error)) {
 		}
 	}
 	p := q.pick(m.Key)
-	if err := q.makeRoom(p, int64(len(m.Body))); err != nil {
+	size := int64(len(m.Body))
+	if err := q.makeRoom(p, size); err != nil {
 		done(Confirm{}, err)
 		return
 	}
 	rec := encodePublish(publishRecord{At: now, MessageID: m.ID, Headers: m.Headers, Body: m.Body})
 	p.publish(rec, func(res wal.AppendResult, err error) {
+		q.admitted(1, size) // applied (or failed): the state counts it now
 		if err != nil {
 			done(Confirm{}, err)
 			return
@@ -190,12 +204,44 @@ func (q *queue) makeRoom(p *partition, n int64) error {
 		q.counters.rejectedDisk.Add(1)
 		return err
 	}
+	type drop struct {
+		p    *partition
+		off  uint64
+		size int64
+	}
+	var drops []drop
+	// The discards are appended after the lock is let go: an append may
+	// wait for the applier, whose completions take the lock.
+	defer func() {
+		for _, d := range drops {
+			// The reservation goes right before the discard applies, so
+			// that the count never misses the message; for that instant
+			// it counts twice, which may drop one more but never lets
+			// the queue past its limit.
+			released := false
+			release := func() {
+				if !released {
+					released = true
+					q.dropped(1, d.size)
+				}
+			}
+			d.p.submitThen(settleEntries(recDiscard, []uint64{d.off}), release, func(res wal.AppendResult, err error) {
+				release() // the append failed: nothing to apply
+				d.p.logSettleError(res, err)
+			})
+		}
+	}()
+	q.admit.mu.Lock()
+	defer q.admit.mu.Unlock()
 	count, bytes := q.size()
+	count += q.admit.pubs - q.admit.drops
+	bytes += q.admit.pubBytes - q.admit.dropSize
 	over := func() bool {
 		return (q.cfg().MaxMessages > 0 && count+1 > q.cfg().MaxMessages) ||
 			(q.cfg().MaxBytes > 0 && bytes+n > q.cfg().MaxBytes)
 	}
 	if !over() {
+		q.admit.pubs, q.admit.pubBytes = q.admit.pubs+1, q.admit.pubBytes+n
 		return nil
 	}
 	if q.cfg().Overflow != OverflowDropOldest || (q.cfg().MaxBytes > 0 && n > q.cfg().MaxBytes) {
@@ -210,7 +256,8 @@ func (q *queue) makeRoom(p *partition, n int64) error {
 			if !ok {
 				break
 			}
-			pp.submit(settleEntries(recDiscard, []uint64{off}), pp.logSettleError)
+			q.admit.drops, q.admit.dropSize = q.admit.drops+1, q.admit.dropSize+size
+			drops = append(drops, drop{p: pp, off: off, size: size})
 			q.counters.dropped.Add(1)
 			count--
 			bytes -= size
@@ -220,7 +267,23 @@ func (q *queue) makeRoom(p *partition, n int64) error {
 		q.counters.rejectedFull.Add(1)
 		return fmt.Errorf("%w: queue %s: nothing ready to drop", ErrQueueFull, q.cfg().Name)
 	}
+	q.admit.pubs, q.admit.pubBytes = q.admit.pubs+1, q.admit.pubBytes+n
 	return nil
+}
+
+// admitted releases n admitted publishes of size bytes, once applied or
+// failed.
+func (q *queue) admitted(n, size int64) {
+	q.admit.mu.Lock()
+	q.admit.pubs, q.admit.pubBytes = q.admit.pubs-n, q.admit.pubBytes-size
+	q.admit.mu.Unlock()
+}
+
+// dropped releases a drop-oldest discard once applied or failed.
+func (q *queue) dropped(n, size int64) {
+	q.admit.mu.Lock()
+	q.admit.drops, q.admit.dropSize = q.admit.drops-n, q.admit.dropSize-size
+	q.admit.mu.Unlock()
 }
 
 // cfg is the declaration in effect.
