@@ -182,11 +182,12 @@ func flipByte(b []byte, at int64) []byte {
 	return b
 }
 
-// TestRecoverDamagedActiveSegment damages the active segment of a closed log
-// in one way per case and reopens it. Recovery must stop at the first bad
-// record with a CorruptionError naming it (or end cleanly for the zeros a
-// power cut leaves), keep everything before it, cut everything after it, and
-// leave a log that takes appends and reopens cleanly. The records appended
+// TestRecoverDamagedActiveSegment tears the tail of the active segment of a
+// closed log in one way per case and reopens it. Recovery must stop at the
+// torn record with a CorruptionError naming it (or end cleanly for the zeros
+// a power cut leaves), keep everything before it, cut everything after it,
+// count nothing as lost, and leave a log that takes appends and reopens
+// cleanly. (Damage with valid records after it is damage_test.go's.) The records appended
 // after the recovery have the sizes of the ones they replace, so a stale
 // record after the bad one that survived the cut would sit exactly where the
 // next record belongs, with a valid checksum, and come back on the reopen.
@@ -201,7 +202,6 @@ func TestRecoverDamagedActiveSegment(t *testing.T) {
 		// when recovery must end cleanly.
 		reason string
 	}
-	middle := func(spans []recordSpan) int { return len(spans) / 2 }
 	damages := []damage{
 		{
 			name: "torn last record",
@@ -211,40 +211,13 @@ func TestRecoverDamagedActiveSegment(t *testing.T) {
 			reason: "torn record",
 		},
 		{
-			name: "flipped payload byte",
+			name: "partial last record, zeros after",
 			corrupt: func(data []byte, spans []recordSpan) ([]byte, int) {
-				s := spans[middle(spans)]
-				return flipByte(data, s.pos+recordHeaderSize+(s.size-recordHeaderSize)/2), middle(spans)
+				s := spans[len(spans)-1]
+				clear(data[s.pos+s.size/2:])
+				return append(data, make([]byte, 6<<10)...), len(spans) - 1
 			},
 			reason: "checksum mismatch",
-		},
-		{
-			name: "flipped offset byte",
-			corrupt: func(data []byte, spans []recordSpan) ([]byte, int) {
-				return flipByte(data, spans[middle(spans)].pos+8), middle(spans) // the offset's low byte
-			},
-			reason: "checksum mismatch",
-		},
-		{
-			name: "stale record with a valid checksum",
-			corrupt: func(data []byte, spans []recordSpan) ([]byte, int) {
-				// A record left by an earlier incarnation of the offset range:
-				// intact, but carrying an offset that does not belong here.
-				s := spans[middle(spans)]
-				rec, _, _, _ := decodeRecord(data[s.pos:], s.offset, maxPayload)
-				stale := appendRecord(nil, s.offset+1000, rec.Type, bytes.Clone(rec.Payload))
-				copy(data[s.pos:], stale)
-				return data, middle(spans)
-			},
-			reason: "carries offset",
-		},
-		{
-			name: "type byte zeroed",
-			corrupt: func(data []byte, spans []recordSpan) ([]byte, int) {
-				data[spans[middle(spans)].pos+16] = 0 // the type byte
-				return data, middle(spans)
-			},
-			reason: "record type 0",
 		},
 		{
 			name: "zero-length segment",
@@ -322,6 +295,9 @@ func TestRecoverDamagedActiveSegment(t *testing.T) {
 				if want := max(int64(len(damaged))-wantPos, 0); rep.CutBytes != want {
 					t.Fatalf("recovery cut %d bytes, want %d", rep.CutBytes, want)
 				}
+				if len(rep.Damaged) != 0 || rep.LostRecords != 0 || l.LostRecords() != 0 {
+					t.Fatalf("a torn tail counted as damage: %v, %d lost (log says %d)", rep.Damaged, rep.LostRecords, l.LostRecords())
+				}
 				if rep.RewroteHeader != (len(damaged) == 0) {
 					t.Fatalf("recovery rewrote the header: %v", rep.RewroteHeader)
 				}
@@ -359,9 +335,9 @@ func TestRecoverDamagedActiveSegment(t *testing.T) {
 }
 
 // TestCorruptSealedRecord damages a record inside a sealed segment. Open does
-// not scan sealed segments, so it succeeds; reads below the bad record work,
-// and reads that reach it fail with a CorruptionError naming the segment and
-// the record. Reads in the other segments are unaffected. The damage is done
+// not scan sealed segments, so it succeeds; the read that meets the damage
+// has the segment checked, the bad record becomes a one-record hole copied
+// aside, and every other record, before and after it, reads back exactly. The damage is done
 // both to a closed log (the reopened log finds it when it first indexes the
 // segment) and under an open log whose index is complete (the checksum check
 // of the read itself finds it).
@@ -382,7 +358,7 @@ func TestCorruptSealedRecord(t *testing.T) {
 			defer func() { l.Close() }()
 
 			bases := segmentBases(t, fs, dir)
-			base, next := bases[1], bases[2]
+			base := bases[1]
 			path := segmentPath(fs, dir, base)
 			spans := segmentSpans(t, readWholeFile(t, fs, path), base)
 			bad := spans[len(spans)/2]
@@ -412,65 +388,92 @@ func TestCorruptSealedRecord(t *testing.T) {
 				}
 			}
 
-			wantCorrupt := func(err error, what string) {
+			wantHole := func(err error, what string) {
 				t.Helper()
-				var ce *CorruptionError
-				if !errors.Is(err, ErrCorrupt) || !errors.As(err, &ce) {
-					t.Fatalf("%s: got %v, want a corruption error", what, err)
+				var he *HoleError
+				if !errors.Is(err, ErrQuarantined) || !errors.As(err, &he) {
+					t.Fatalf("%s: got %v, want a hole", what, err)
 				}
-				if ce.Segment != base || ce.Pos != bad.pos || ce.Offset != bad.offset {
-					t.Fatalf("%s: got %+v, want segment %d pos %d offset %d", what, *ce, base, bad.pos, bad.offset)
+				if he.Hole.From != bad.offset || he.Hole.To != bad.offset+1 {
+					t.Fatalf("%s: got hole %+v, want [%d, %d)", what, he.Hole, bad.offset, bad.offset+1)
 				}
 			}
 			// The bad record first, so the reopened log builds the index of
-			// the segment on that read.
+			// the segment on that read; the open log checks the segment
+			// when its read meets the damage.
 			recs, err := l.ReadDurable(bad.offset, 1<<20)
-			wantCorrupt(err, "read at the bad record")
+			wantHole(err, "read at the bad record")
 			if len(recs) != 0 {
 				t.Fatalf("read at the bad record returned %d records", len(recs))
 			}
-			if tc.reopen {
-				// Past the bad record, the segment has no trustworthy layout.
-				_, err := l.ReadDurable(bad.offset+1, 1<<20)
-				wantCorrupt(err, "read past the bad record")
+			if got := l.LostRecords(); got != 1 {
+				t.Fatalf("LostRecords %d, want 1", got)
 			}
-			// Below it, one record at a time, in this and the earlier segment.
-			for o := uint64(0); o < bad.offset; o++ {
+			holes := l.Holes()
+			if len(holes) != 1 {
+				t.Fatalf("holes %+v, want one", holes)
+			}
+			if kept := readWholeFile(t, fs, holes[0].Path); int64(len(kept)) != bad.size {
+				t.Fatalf("the damaged range's copy holds %d bytes, want the record's %d", len(kept), bad.size)
+			}
+			// Every other record reads back exactly, one at a time and in
+			// runs that stop before the hole.
+			for o := uint64(0); o < n; o++ {
+				if o == bad.offset {
+					continue
+				}
 				recs, err := l.ReadDurable(o, 0)
 				if err != nil || len(recs) != 1 || recs[0].Offset != o || !bytes.Equal(recs[0].Payload, corruptPayload(0, o)) {
-					t.Fatalf("read at %d below the bad record: %d records, %v", o, len(recs), err)
+					t.Fatalf("read at %d: %d records, %v", o, len(recs), err)
 				}
 			}
-			// A read from the segment's start returns what precedes the bad
-			// record, intact; the next read, at the bad record, reports it.
 			recs, err = l.ReadDurable(base, 1<<20)
-			if err != nil {
-				t.Fatalf("read up to the bad record: %v", err)
+			if err != nil || uint64(len(recs)) != bad.offset-base {
+				t.Fatalf("read from %d: %d records, %v; want the %d before the bad one", base, len(recs), err, bad.offset-base)
 			}
 			_, err = l.ReadDurable(base+uint64(len(recs)), 1<<20)
-			wantCorrupt(err, "read at the bad record after the good ones")
-			if uint64(len(recs)) != bad.offset-base {
-				t.Fatalf("read from %d returned %d records, want the %d before the bad one", base, len(recs), bad.offset-base)
+			wantHole(err, "read at the bad record after the good ones")
+			checkReadsAround(t, l, n, map[uint64]bool{bad.offset: true}, func(o uint64) []byte { return corruptPayload(0, o) })
+
+			// Reopened, the hole is known before any read.
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
 			}
-			for i, r := range recs {
-				if r.Offset != base+uint64(i) || !bytes.Equal(r.Payload, corruptPayload(0, r.Offset)) {
-					t.Fatalf("record %d read as %d %q", base+uint64(i), r.Offset, r.Payload)
-				}
+			l = mustOpen(t, fs, dir, opts)
+			if rep := l.Recovery(); rep.LostRecords != 1 || len(rep.Damaged) != 0 || rep.End != n {
+				t.Fatalf("reopen: recovery %+v, want 1 record lost and a clean end at %d", rep, n)
 			}
-			// The next segments read as usual.
-			for o := next; o < n; {
-				recs, err := l.ReadDurable(o, 1<<20)
-				if err != nil || len(recs) == 0 {
-					t.Fatalf("read at %d after the damaged segment: %d records, %v", o, len(recs), err)
-				}
-				for _, r := range recs {
-					if r.Offset != o || !bytes.Equal(r.Payload, corruptPayload(0, o)) {
-						t.Fatalf("record %d read as %d %q", o, r.Offset, r.Payload)
-					}
-					o++
-				}
-			}
+			checkReadsAround(t, l, n, map[uint64]bool{bad.offset: true}, func(o uint64) []byte { return corruptPayload(0, o) })
 		})
+	}
+}
+
+// checkReadsAround reads the log from its head to n, stepping over holes,
+// and checks that exactly the offsets in lost are holes and every other
+// record carries want(offset).
+func checkReadsAround(t *testing.T, l *Log, n uint64, lost map[uint64]bool, want func(uint64) []byte) {
+	t.Helper()
+	for o := l.Head(); o < n; {
+		recs, err := l.ReadDurable(o, 1<<20)
+		var he *HoleError
+		if errors.As(err, &he) {
+			for h := he.Hole.From; h < he.Hole.To; h++ {
+				if !lost[h] {
+					t.Fatalf("offset %d is in hole %+v but was not damaged", h, he.Hole)
+				}
+			}
+			o = he.Hole.To
+			continue
+		}
+		if err != nil || len(recs) == 0 {
+			t.Fatalf("read at %d: %d records, %v", o, len(recs), err)
+		}
+		for _, r := range recs {
+			if r.Offset != o || lost[o] || !bytes.Equal(r.Payload, want(o)) {
+				t.Fatalf("read at %d gave record %d %q (lost: %v)", o, r.Offset, r.Payload, lost[o])
+			}
+			o++
+		}
 	}
 }
 

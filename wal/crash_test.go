@@ -11,6 +11,7 @@ func (l *Log) crashForTest() {
 		l.ctlCh <- control{kind: ctlCrash, reply: reply}
 		<-reply
 		<-l.done
+		<-l.scrubDone
 		l.closeFiles()
 		l.closeErr = ErrClosed
 	})

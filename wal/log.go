@@ -76,6 +76,9 @@ type Log struct {
 	// Reads served from the tail cache and from segment files, per record.
 	cacheHits, cacheMisses atomic.Uint64
 
+	damageMu  sync.Mutex    // serializes keeping damaged ranges aside
+	scrubDone chan struct{} // closed when the scrub has stopped (at once when off)
+
 	recovery  RecoveryReport
 	closeOnce sync.Once
 	closeErr  error
@@ -307,6 +310,7 @@ func (l *Log) Close() error {
 		l.ctlCh <- control{kind: ctlClose, reply: reply}
 		l.closeErr = <-reply
 		<-l.done
+		<-l.scrubDone
 		l.closeFiles()
 	})
 	return l.closeErr

@@ -57,6 +57,10 @@ const (
 	DefaultSyncBytesThreshold     = 4 << 20
 	DefaultTailCacheBytes         = 8 << 20
 	DefaultMaxRecordSize          = 8 << 20
+	// DefaultScrubBytesPerSecond is the scrub rate a long-running owner of
+	// logs (the broker) should pass: a 64 MiB segment in 8 s, a small
+	// share of an SD card's or eMMC's read bandwidth.
+	DefaultScrubBytesPerSecond = 8 << 20
 	// minSegmentSize keeps tests able to force rollovers with tiny segments.
 	minSegmentSize = 4 << 10
 )
@@ -93,6 +97,16 @@ type Options struct {
 	// valid only during the call. Records of sealed segments are not
 	// visited; read them as usual.
 	OnRecover func(Record)
+	// ScrubBytesPerSecond, when above zero, starts a scrub after Open: one
+	// pass over the sealed segments in the background, at most this many
+	// bytes per second, that verifies every record and quarantines damaged
+	// ranges it finds (scrub.go). Zero, the default, turns it off, so that
+	// a log opened by a tool or a test does no I/O it did not ask for;
+	// DefaultScrubBytesPerSecond is the rate to pass otherwise.
+	ScrubBytesPerSecond int64
+	// OnScrub, if set, is called once the scrub pass ends, on the scrub's
+	// goroutine, with what it found.
+	OnScrub func(ScrubReport)
 	// OnSync, if set, is called after every fdatasync of a segment file
 	// (background, requested or inline at rollover and close) with how long
 	// it took and its error. It runs on the log's own goroutines, outside
@@ -111,6 +125,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("wal: negative index spacing %d", o.IndexSpacing)
 	case o.Preallocate < PreallocDefault || o.Preallocate > PreallocOff:
 		return fmt.Errorf("wal: unknown preallocation %d", o.Preallocate)
+	case o.ScrubBytesPerSecond < 0:
+		return fmt.Errorf("wal: negative scrub rate %d", o.ScrubBytesPerSecond)
 	case o.MaxRecordSize < 0 || o.MaxRecordSize > maxPayload:
 		return fmt.Errorf("wal: max record size %d outside 0..%d", o.MaxRecordSize, maxPayload)
 	}

@@ -9,8 +9,9 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// A corrupt sealed segment is renamed aside, never deleted; its offsets read
-// as a hole that callers can skip, before and after a reopen.
+// A sealed segment whose header is corrupt is renamed aside, never deleted;
+// its offsets read as a hole that callers can skip, before and after a
+// reopen. (A damaged record costs only its own range: damage_test.go.)
 func TestQuarantineCorruptSealedSegment(t *testing.T) {
 	ctx := testCtx(t)
 	fs := vfs.NewMem()
@@ -25,7 +26,7 @@ func TestQuarantineCorruptSealedSegment(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// Flip a payload byte in the second segment.
+	// Flip a byte of the second segment's magic.
 	names, err := fs.List("log")
 	if err != nil {
 		t.Fatal(err)
@@ -46,11 +47,11 @@ func TestQuarantineCorruptSealedSegment(t *testing.T) {
 		t.Fatal(err)
 	}
 	one := make([]byte, 1)
-	if _, err := f.ReadAt(one, 300); err != nil && !errors.Is(err, io.EOF) {
+	if _, err := f.ReadAt(one, 3); err != nil && !errors.Is(err, io.EOF) {
 		t.Fatal(err)
 	}
 	one[0] ^= 0xff
-	if _, err := f.WriteAt(one, 300); err != nil {
+	if _, err := f.WriteAt(one, 3); err != nil {
 		t.Fatal(err)
 	}
 	_ = f.Close()

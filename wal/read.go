@@ -59,6 +59,9 @@ func (l *Log) read(from, limit uint64, maxBytes int) ([]Record, error) {
 		var err error
 		if len(recs) == 0 {
 			recs, err = l.readSegment(o, limit, maxBytes-total)
+			if err != nil && l.damageFound(err) {
+				recs, err = l.readSegment(o, limit, maxBytes-total) // now meets a hole
+			}
 		} else if n := limit - o; uint64(len(recs)) > n {
 			recs = recs[:n]
 		}
@@ -193,22 +196,23 @@ func (l *Log) segmentFor(offset uint64) (*segment, error) {
 }
 
 // locate returns the byte position of offset in seg: a binary search of the
-// sparse index, then a scan of at most one index interval.
+// sparse index, then a scan of at most one index interval. A sealed segment
+// not indexed yet is scanned first; damage that scan finds becomes holes,
+// and an offset in one of them fails with its *HoleError.
 func (l *Log) locate(seg *segment, offset uint64) (int64, error) {
 	seg.mu.Lock()
 	if !seg.indexed {
-		res, err := scanSegment(seg.file, seg.base, seg.end, l.opts.MaxRecordSize, l.opts.IndexSpacing, l.opts.SegmentSize, nil)
+		res, err := scanSegment(seg.file, seg.base, seg.end, scanSealed, l.opts.MaxRecordSize, l.opts.IndexSpacing, l.opts.SegmentSize, nil)
 		if err != nil {
 			seg.mu.Unlock()
 			return 0, err
 		}
 		seg.index, seg.indexed = res.index, true
-		if res.end < seg.end {
-			stop := res.stop
-			if stop == nil {
-				stop = &CorruptionError{Segment: seg.base, Pos: res.pos, Offset: res.end, Reason: "sealed segment ends early"}
+		for _, h := range l.registerDamage(seg.file, seg.path, res.damage) {
+			if offset >= h.From && offset < h.To {
+				seg.mu.Unlock()
+				return 0, &HoleError{Hole: h}
 			}
-			seg.corrupt = stop
 		}
 	}
 	if c := seg.corrupt; c != nil && offset >= c.Offset {

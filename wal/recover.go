@@ -19,9 +19,18 @@ type RecoveryReport struct {
 	ActiveSegment uint64 // base offset of the active segment
 	ScannedBytes  int64  // bytes of the active segment validated
 	End           uint64 // WrittenNext and DurableNext after recovery
-	// Stop is where the active segment's scan met a bad record (a torn tail
-	// or corruption); nil when it ended cleanly.
+	// Stop is the torn tail that ended the active segment's scan: a bad
+	// record with nothing valid after it; nil when the scan ended cleanly.
 	Stop *CorruptionError
+	// Damaged lists the damaged ranges the active segment's scan skipped:
+	// bad records with valid records after them. Their bytes are copied
+	// aside, their offsets read as holes, and the records after them serve.
+	Damaged []Damage
+	// LostRecords counts the offsets in the log's holes after recovery:
+	// the ranges in Damaged, damaged ranges found earlier in sealed
+	// segments, and quarantined segments. A torn tail is not counted: its
+	// records were never confirmed durable.
+	LostRecords uint64
 	// CutBytes is how many bytes past the valid end were cut or zeroed.
 	CutBytes int64
 	// LatchedCut is true when a latched-cut.pending marker was carried out,
@@ -72,6 +81,8 @@ func Open(dir string, opts Options) (*Log, error) {
 		syncDone: make(chan syncResult, 1),
 		closing:  make(chan struct{}),
 		done:     make(chan struct{}),
+
+		scrubDone: make(chan struct{}),
 	}
 	active, pos, err := l.recover()
 	if err != nil {
@@ -101,6 +112,11 @@ func Open(dir string, opts Options) (*Log, error) {
 	w.publishStatus()
 	go l.runSyncer()
 	go w.run()
+	if opts.ScrubBytesPerSecond > 0 {
+		go l.runScrub(opts.ScrubBytesPerSecond)
+	} else {
+		close(l.scrubDone)
+	}
 	return l, nil
 }
 
@@ -217,7 +233,14 @@ func (l *Log) recover() (*segment, int64, error) {
 		l.segs = append(l.segs, seg)
 	}
 	l.holes = findHoles(l.fs, l.dir, quarantined, bases)
-	rep.Quarantined = l.holes
+	rep.Quarantined = append([]Hole(nil), l.holes...)
+	sealed, ends := bases[:len(bases)-1], make([]uint64, len(bases)-1)
+	for i, seg := range l.segs {
+		ends[i] = seg.end
+	}
+	l.segMu.Lock()
+	l.addHolesLocked(damagedHoles(names, l.dir, l.fs.PathJoin, sealed, ends))
+	l.segMu.Unlock()
 
 	// Steps 5 to 7: scan, cut and sync the active segment.
 	base := bases[len(bases)-1]
@@ -232,6 +255,7 @@ func (l *Log) recover() (*segment, int64, error) {
 	l.written.v.Store(end)
 	l.durable.v.Store(end)
 	rep.Segments, rep.ActiveSegment, rep.End = len(l.segs), base, end
+	rep.LostRecords = l.LostRecords()
 	if rep.Stop != nil || rep.LatchedCut {
 		l.opts.Logger.Warn("wal: recovery cut the log", "dir", l.dir, "end", end,
 			"stop", rep.Stop, "cut_bytes", rep.CutBytes, "latched_cut", rep.LatchedCut)
@@ -297,13 +321,16 @@ func (l *Log) recoverActive(base, limit uint64) (*segment, int64, uint64, error)
 		return fail(err)
 	}
 	// Step 5b: scan the records.
-	res, err := scanSegment(f, base, limit, l.opts.MaxRecordSize, l.opts.IndexSpacing, l.opts.SegmentSize, l.opts.OnRecover)
+	res, err := scanSegment(f, base, limit, scanActive, l.opts.MaxRecordSize, l.opts.IndexSpacing, l.opts.SegmentSize, l.opts.OnRecover)
 	if err != nil {
 		return fail(err)
 	}
 	seg.index, seg.indexed = res.index, true
 	l.recovery.ScannedBytes = res.pos
 	l.recovery.Stop = res.stop
+	// Step 5c: keep the damaged ranges aside; their offsets become holes.
+	l.recovery.Damaged = res.damage
+	l.registerDamage(f, path, res.damage)
 	// Step 6: cut everything after the valid records.
 	cut, err := l.cutTail(f, res.pos, size)
 	if err != nil {

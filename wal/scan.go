@@ -4,49 +4,117 @@ import (
 	"errors"
 	"fmt"
 	"io"
-
-	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // scanChunk is how much of a segment one read brings in during a scan.
 const scanChunk = 4 << 20
 
+// scanMode says what a scan makes of a record that does not verify.
+type scanMode int
+
+const (
+	// scanActive is the active segment's scan: zeros end the records
+	// (preallocated space), and a bad record is a torn tail unless valid
+	// records follow it with no zeroed sector between (see resync).
+	scanActive scanMode = iota
+	// scanSealed is a sealed segment's scan: its records must reach the
+	// limit, so zeros or a bad record before it are damage, and when no
+	// valid record follows, everything up to the limit is lost.
+	scanSealed
+)
+
 // scanResult is what a scan of one segment found.
 type scanResult struct {
-	end   uint64           // offset after the last valid record
-	pos   int64            // byte position after the last valid record
-	index []indexEntry     // sparse index of the valid records
-	stop  *CorruptionError // the bad record that ended the scan; nil for a clean end
+	end    uint64           // offset after the last valid record
+	pos    int64            // byte position after the last valid record
+	index  []indexEntry     // sparse index of the valid records
+	damage []Damage         // damaged ranges the scan skipped, in order
+	stop   *CorruptionError // the torn tail that ended the scan; nil for a clean end
 }
 
 // scanSegment validates the records of the segment starting at base, from
-// its header up to the first record that does not verify, a zero header,
-// the end of the file, or offset limit. It reads in large chunks with pread
-// and checks the checksum, the offset and the type of every record.
-// chunk is the read size, at most scanChunk (smaller for small segments).
+// its header up to a zero header (active mode), the end of the file, or
+// offset limit. It reads in large chunks with pread and checks the
+// checksum, the offset and the type of every record. At a record that does
+// not verify it looks for the next valid record (resync): found, the bytes
+// between are a Damage and the scan goes on from there; not found, an
+// active segment stops there (a torn tail) and a sealed one loses
+// everything up to limit. chunk is the read size, at most scanChunk.
 // visit, if not nil, sees every valid record in order; its payload is valid
 // only during the call.
-func scanSegment(f vfs.File, base, limit uint64, maxLen, spacing int, chunk int64, visit func(Record)) (scanResult, error) {
-	res := scanResult{end: base, pos: segmentHeaderSize}
-	buf := make([]byte, max(min(chunk, scanChunk), 64<<10))
-	lastIndex := int64(-1 << 62)
-	for res.end < limit {
-		n, err := f.ReadAt(buf, res.pos)
-		if err != nil && !errors.Is(err, io.EOF) {
-			return res, fmt.Errorf("wal: read segment %d at %d: %w", base, res.pos, err)
+func scanSegment(r io.ReaderAt, base, limit uint64, mode scanMode, maxLen, spacing int, chunk int64, visit func(Record)) (scanResult, error) {
+	s := &scanner{r: r, base: base, limit: limit, maxLen: maxLen, spacing: spacing, visit: visit,
+		buf: make([]byte, max(min(chunk, scanChunk), 64<<10)), lastIndex: -1 << 62}
+	s.res = scanResult{end: base, pos: segmentHeaderSize}
+	for {
+		status, reason, err := s.records()
+		if err != nil || status == decodeOK {
+			return s.res, err
 		}
-		atEOF := n < len(buf)
-		chunk := buf[:n]
+		if status == decodeEnd && mode == scanActive {
+			return s.res, nil // the clean end of the records
+		}
+		switch status {
+		case decodeEnd:
+			reason = "zeros before the end of the segment"
+		case decodeShort:
+			reason = "torn record at the end of the file"
+		}
+		bad := &CorruptionError{Segment: base, Pos: s.res.pos, Offset: s.res.end, Reason: reason}
+		next, err := resync(r, s.res.pos, s.res.end, limit, maxLen, mode == scanActive)
+		if err != nil {
+			return s.res, fmt.Errorf("wal: resync segment %d after byte %d: %w", base, s.res.pos, err)
+		}
+		switch {
+		case next.found:
+			s.res.damage = append(s.res.damage, Damage{Segment: base, Pos: bad.Pos, End: next.pos,
+				From: bad.Offset, To: next.offset, Reason: reason})
+			s.res.pos, s.res.end = next.pos, next.offset
+			s.lastIndex = -1 << 62 // index the first record after the damage
+		case mode == scanActive || limit == ^uint64(0):
+			s.res.stop = bad // a torn tail: nothing valid follows it
+			return s.res, nil
+		default:
+			s.res.damage = append(s.res.damage, Damage{Segment: base, Pos: bad.Pos, End: max(next.dataEnd, bad.Pos+1),
+				From: bad.Offset, To: limit, Reason: reason})
+			s.res.pos, s.res.end = max(next.dataEnd, bad.Pos+1), limit
+			return s.res, nil
+		}
+	}
+}
+
+// scanner is one scan's state.
+type scanner struct {
+	r               io.ReaderAt
+	base, limit     uint64
+	maxLen, spacing int
+	visit           func(Record)
+	buf             []byte
+	lastIndex       int64
+	res             scanResult
+}
+
+// records decodes records from res.pos until one does not decode (its
+// status and reason) or the limit is reached (decodeOK).
+func (s *scanner) records() (decodeStatus, string, error) {
+	res := &s.res
+	for res.end < s.limit {
+		n, err := s.r.ReadAt(s.buf, res.pos)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return 0, "", fmt.Errorf("wal: read segment %d at %d: %w", s.base, res.pos, err)
+		}
+		atEOF := n < len(s.buf)
+		chunk := s.buf[:n]
 		i := 0
-		for res.end < limit {
-			rec, used, status, reason := decodeRecord(chunk[i:], res.end, maxLen)
+		for res.end < s.limit {
+			rec, used, status, reason := decodeRecord(chunk[i:], res.end, s.maxLen)
 			if status == decodeOK {
-				if p := res.pos + int64(i); p-lastIndex >= int64(spacing) {
+				if p := res.pos + int64(i); p-s.lastIndex >= int64(s.spacing) {
 					res.index = append(res.index, indexEntry{offset: rec.Offset, pos: p})
-					lastIndex = p
+					s.lastIndex = p
 				}
-				if visit != nil {
-					visit(rec)
+				if s.visit != nil {
+					s.visit(rec)
 				}
 				i += used
 				res.end++
@@ -59,23 +127,17 @@ func scanSegment(f vfs.File, base, limit uint64, maxLen, spacing int, chunk int6
 				break // the record continues in the next chunk
 			}
 			res.pos += int64(i)
-			if status != decodeEnd {
-				if status == decodeShort {
-					reason = "torn record at the end of the file"
-				}
-				res.stop = &CorruptionError{Segment: base, Pos: res.pos, Offset: res.end, Reason: reason}
-			}
-			return res, nil
+			return status, reason, nil
 		}
 		res.pos += int64(i)
 		if i == 0 && !atEOF {
 			// One record larger than the buffer: grow it to hold the record.
-			need := recordHeaderSize + maxLen
-			if len(buf) >= need {
-				return res, fmt.Errorf("wal: scan of segment %d stuck at %d", base, res.pos)
+			need := recordHeaderSize + s.maxLen
+			if len(s.buf) >= need {
+				return 0, "", fmt.Errorf("wal: scan of segment %d stuck at %d", s.base, res.pos)
 			}
-			buf = make([]byte, need)
+			s.buf = make([]byte, need)
 		}
 	}
-	return res, nil
+	return decodeOK, "", nil
 }

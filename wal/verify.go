@@ -38,6 +38,10 @@ type SegmentReport struct {
 	// the bad record, as after a write cut short by a crash. Open cuts a
 	// torn tail without losing a confirmed durable record.
 	TornTail bool
+	// Damaged lists the damaged ranges the scan skipped: bad records with
+	// valid records after them (or a sealed segment's end). Open keeps the
+	// records after each and turns its offsets into a hole.
+	Damaged []Damage
 }
 
 // VerifyReport is the outcome of Verify.
@@ -53,8 +57,15 @@ type VerifyReport struct {
 	PendingCut bool
 	CutTo      uint64
 	// Corrupt lists every problem that is not a torn tail: bad headers,
-	// bad records, and sealed segments that end before the next begins.
+	// the start of every damaged range, and sealed segments that end
+	// before the next begins.
 	Corrupt []*CorruptionError
+	// Damaged lists the damaged ranges of all segments, in offset order.
+	Damaged []Damage
+	// LostRecords counts the records the damage costs: the offsets of the
+	// damaged ranges, of sealed segments whose header is corrupt, and of
+	// quarantined segments. A torn tail is not counted.
+	LostRecords uint64
 }
 
 // TornTail returns the torn tail of the last segment, or nil.
@@ -123,8 +134,16 @@ func Verify(fs vfs.FS, dir string, opts VerifyOptions) (VerifyReport, error) {
 			seg.Stop = &CorruptionError{Segment: base, Pos: seg.Pos, Offset: seg.End,
 				Reason: fmt.Sprintf("sealed segment ends before the next one starts at %d", next)}
 		}
+		for _, d := range seg.Damaged {
+			rep.Corrupt = append(rep.Corrupt, d.Err())
+			rep.Damaged = append(rep.Damaged, d)
+			rep.LostRecords += d.Lost()
+		}
 		if seg.Stop != nil && !seg.TornTail {
 			rep.Corrupt = append(rep.Corrupt, seg.Stop)
+			if !last && seg.Stop.Pos == 0 {
+				rep.LostRecords += min(next, limit) - base // a bad header: the whole segment
+			}
 		}
 		rep.Records += seg.Records
 		rep.Segments = append(rep.Segments, seg)
@@ -132,6 +151,9 @@ func Verify(fs vfs.FS, dir string, opts VerifyOptions) (VerifyReport, error) {
 		if opts.Progress != nil {
 			opts.Progress(scanned, rep.Bytes)
 		}
+	}
+	for _, h := range findHoles(fs, dir, rep.Quarantined, bases) {
+		rep.LostRecords += h.To - h.From
 	}
 	return rep, nil
 }
@@ -156,12 +178,19 @@ func verifySegment(fs vfs.FS, dir string, base, limit uint64, size int64, last b
 		errors.As(err, &seg.Stop)
 		return seg, nil
 	}
-	res, err := scanSegment(f, base, limit, maxPayload, 1<<30, size, visit)
+	mode := scanSealed
+	if last {
+		mode = scanActive
+	}
+	res, err := scanSegment(f, base, limit, mode, maxPayload, 1<<30, size, visit)
 	if err != nil {
 		return seg, err
 	}
-	seg.End, seg.Pos, seg.Stop = res.end, res.pos, res.stop
+	seg.End, seg.Pos, seg.Stop, seg.Damaged = res.end, res.pos, res.stop, res.damage
 	seg.Records = res.end - base
+	for _, d := range res.damage {
+		seg.Records -= d.Lost()
+	}
 	if last && res.stop != nil {
 		seg.TornTail, err = zerosAfterRecord(f, res.pos, size)
 		if err != nil {
