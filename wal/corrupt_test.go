@@ -362,6 +362,12 @@ func TestCorruptSealedRecord(t *testing.T) {
 			path := segmentPath(fs, dir, base)
 			spans := segmentSpans(t, readWholeFile(t, fs, path), base)
 			bad := spans[len(spans)/2]
+			if !tc.reopen {
+				// Index the segment before the damage: its last record.
+				if _, err := l.ReadDurable(spans[len(spans)-1].offset, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
 			// Flip a payload byte in place, through a second handle.
 			f, err := fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
 			if err != nil {
