@@ -33,12 +33,20 @@ found:
               mid-write leaves it; fibrild cuts it at start and loses only
               records that were never confirmed as durable
   CORRUPT     a bad record or header elsewhere, with segment, byte
-              position and offset; fibrild quarantines or cuts there, and
-              records past that point are lost
+              position and offset. Each damaged range (bad records with
+              valid records after them) is listed with its bytes, the
+              offsets it held and the records lost with it; fibrild keeps
+              its bytes aside, serves the records after it and counts the
+              lost ones. A sealed segment with a bad header costs the
+              whole segment.
+The last line of a damaged log counts the records lost in all.
 With --json each log is one line {"dir","segments","records","bytes",
-"torn_tail","corrupt","quarantined","pending_cut"}.
+"torn_tail","corrupt","damaged","lost_records","quarantined",
+"pending_cut"}; each damaged range is {"segment","pos","end","from","to",
+"lost","reason"}.
 
-Exit status 1 when any log is corrupt, 0 otherwise (torn tails included).
+Exit status 1 when any log is corrupt or damaged, 0 otherwise (torn tails
+included).
 A progress bar goes to stderr when it is a terminal, or always with
 --progress.
 `
@@ -153,14 +161,25 @@ func printVerify(w io.Writer, name string, rep wal.VerifyReport) error {
 		verdict = "CORRUPT"
 	}
 	_, err := fmt.Fprintf(w, "%s: %d segments, %d records, %s: %s\n", name, len(rep.Segments), rep.Records, byteUnit(rep.Bytes), verdict)
+	damaged := map[wal.CorruptionError]bool{}
+	for _, d := range rep.Damaged {
+		fmt.Fprintf(w, "  damaged: segment %020d bytes %d to %d, offsets %d to %d: %d records lost (%s)\n",
+			d.Segment, d.Pos, d.End, d.From, d.To, d.Lost(), d.Reason)
+		damaged[*d.Err()] = true
+	}
 	for _, c := range rep.Corrupt {
-		fmt.Fprintf(w, "  corrupt: segment %020d at byte %d (expected offset %d): %s\n", c.Segment, c.Pos, c.Offset, c.Reason)
+		if !damaged[*c] {
+			fmt.Fprintf(w, "  corrupt: segment %020d at byte %d (expected offset %d): %s\n", c.Segment, c.Pos, c.Offset, c.Reason)
+		}
 	}
 	for _, q := range rep.Quarantined {
 		fmt.Fprintf(w, "  quarantined: segment %020d (set aside as corrupt earlier)\n", q)
 	}
 	if rep.PendingCut {
 		fmt.Fprintf(w, "  pending cut: the next start cuts the log back to offset %d (a write or sync failed)\n", rep.CutTo)
+	}
+	if rep.LostRecords > 0 {
+		fmt.Fprintf(w, "  lost: %d records\n", rep.LostRecords)
 	}
 	return err
 }
@@ -173,6 +192,17 @@ type corruptionJSON struct {
 	Reason  string `json:"reason"`
 }
 
+// damageJSON is a damaged range in --json output.
+type damageJSON struct {
+	Segment uint64 `json:"segment"`
+	Pos     int64  `json:"pos"`
+	End     int64  `json:"end"`
+	From    uint64 `json:"from"`
+	To      uint64 `json:"to"`
+	Lost    uint64 `json:"lost"`
+	Reason  string `json:"reason"`
+}
+
 type verifyLine struct {
 	Dir         string           `json:"dir"`
 	Segments    int              `json:"segments"`
@@ -180,6 +210,8 @@ type verifyLine struct {
 	Bytes       int64            `json:"bytes"`
 	TornTail    *corruptionJSON  `json:"torn_tail"`
 	Corrupt     []corruptionJSON `json:"corrupt"`
+	Damaged     []damageJSON     `json:"damaged"`
+	LostRecords uint64           `json:"lost_records"`
 	Quarantined []uint64         `json:"quarantined"`
 	PendingCut  *uint64          `json:"pending_cut"`
 }
@@ -189,7 +221,11 @@ func verifyJSON(name string, rep wal.VerifyReport) verifyLine {
 		return corruptionJSON{Segment: c.Segment, Pos: c.Pos, Offset: c.Offset, Reason: c.Reason}
 	}
 	line := verifyLine{Dir: name, Segments: len(rep.Segments), Records: rep.Records, Bytes: rep.Bytes,
-		Corrupt: []corruptionJSON{}, Quarantined: rep.Quarantined}
+		Corrupt: []corruptionJSON{}, Damaged: []damageJSON{}, LostRecords: rep.LostRecords, Quarantined: rep.Quarantined}
+	for _, d := range rep.Damaged {
+		line.Damaged = append(line.Damaged, damageJSON{Segment: d.Segment, Pos: d.Pos, End: d.End,
+			From: d.From, To: d.To, Lost: d.Lost(), Reason: d.Reason})
+	}
 	if line.Quarantined == nil {
 		line.Quarantined = []uint64{}
 	}

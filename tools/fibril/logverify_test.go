@@ -94,8 +94,11 @@ func TestLogVerify(t *testing.T) {
 	runCLI("log", "verify", torn).want(t, 0, "torn tail in segment", "")
 	r := runCLI("log", "verify", corrupt)
 	r.want(t, 1, "CORRUPT", "1 of 1 logs are corrupt")
-	if !strings.Contains(r.stdout, "at byte 32 (expected offset 41)") || !strings.Contains(r.stdout, "checksum mismatch") {
-		t.Fatalf("verify corrupt: %s", r.stdout)
+	// One flipped byte costs its record, not the segment's others.
+	for _, want := range []string{"damaged: segment 00000000000000000041 bytes 32 to ", "offsets 41 to 42: 1 records lost (checksum mismatch)", "lost: 1 records", ": 3 segments, 119 records"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("verify corrupt: want %q in %s", want, r.stdout)
+		}
 	}
 	before, err := os.ReadFile(segs[1])
 	if err != nil {
@@ -116,12 +119,19 @@ func TestLogVerify(t *testing.T) {
 	if a := byDir[filepath.Join("a", "0")]; a["records"] != 120.0 || a["torn_tail"] != nil || len(a["corrupt"].([]any)) != 0 {
 		t.Errorf("clean log: %v", a)
 	}
-	if b := byDir[filepath.Join("b", "0")]; b["records"] != 119.0 || b["torn_tail"] == nil {
+	if b := byDir[filepath.Join("b", "0")]; b["records"] != 119.0 || b["torn_tail"] == nil || b["lost_records"] != 0.0 {
 		t.Errorf("torn log: %v", b)
 	}
 	c := byDir[filepath.Join("c", "0")]
 	if cs := c["corrupt"].([]any); len(cs) != 1 || cs[0].(map[string]any)["pos"] != 32.0 {
 		t.Errorf("corrupt log: %v", c)
+	}
+	if ds := c["damaged"].([]any); len(ds) != 1 || c["lost_records"] != 1.0 ||
+		ds[0].(map[string]any)["from"] != 41.0 || ds[0].(map[string]any)["to"] != 42.0 || ds[0].(map[string]any)["lost"] != 1.0 {
+		t.Errorf("damaged ranges of the corrupt log: %v", c)
+	}
+	if a := byDir[filepath.Join("a", "0")]; len(a["damaged"].([]any)) != 0 || a["lost_records"] != 0.0 {
+		t.Errorf("clean log: %v", a)
 	}
 	after, err := os.ReadFile(segs[1])
 	if err != nil || string(after) != string(before) {
