@@ -30,6 +30,12 @@ type Options struct {
 	SegmentSize int64
 	// TailCacheBytes per partition log. Default 1 MiB: small devices first.
 	TailCacheBytes int64
+	// ScrubBytesPerSecond is the rate at which each partition log checks
+	// its sealed segments in the background after it opens, quarantining
+	// damaged records it finds. Default wal.DefaultScrubBytesPerSecond
+	// (8 MiB/s, shared by nothing: one scrub per log); negative turns the
+	// scrub off.
+	ScrubBytesPerSecond int64
 	// MaxMessageBytes caps one message body. Default 4 MiB.
 	MaxMessageBytes int
 	// DiskBudgetBytes caps what the data directory may hold; publishes past
@@ -62,6 +68,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.TailCacheBytes == 0 {
 		o.TailCacheBytes = 1 << 20
+	}
+	if o.ScrubBytesPerSecond == 0 {
+		o.ScrubBytesPerSecond = wal.DefaultScrubBytesPerSecond
 	}
 	if o.MaxMessageBytes == 0 {
 		o.MaxMessageBytes = 4 << 20

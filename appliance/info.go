@@ -61,7 +61,11 @@ type PartitionInfo struct {
 	Ready           int64
 	InFlight        int64
 	Quarantined     []Quarantined
-	Log             LogCounters
+	// LostRecords counts the records of the partition's log lost to
+	// damage: the offsets of its quarantined ranges, found at start-up,
+	// by the scrub or by a read. Each record is a publish or a settle.
+	LostRecords uint64
+	Log         LogCounters
 }
 
 // LogCounters count a partition log's work since it was opened.
@@ -105,6 +109,7 @@ func (q *queue) info(now time.Time) QueueInfo {
 			Index: p.idx, WrittenNext: st.WrittenNext, DurableNext: st.DurableNext, Head: st.Head,
 			UnsyncedRecords: st.DurableLagRecords, UnsyncedBytes: st.DurableLagBytes,
 			LastSync: st.LastSync, SyncPending: st.SyncPending, Latched: st.Latched, Segments: st.Segments,
+			LostRecords: p.log.LostRecords(),
 			Log: LogCounters{
 				Syncs: st.Syncs, BackgroundSyncs: st.BackgroundSyncs, BackgroundSyncFailures: st.BackgroundSyncFailures,
 				SyncedAppends: st.SyncedAppends, LastSyncDuration: st.LastSyncDuration,

@@ -6,12 +6,15 @@ import (
 	"github.com/fibril-edge/fibril/wal"
 )
 
-// Quarantine. A corrupt record in a sealed segment of a partition log, met
-// while replaying or delivering, gets that segment renamed aside (never
-// deleted) by the log; its offsets become a hole. The partition drops the
-// messages it held there, counts them as lost, and serves everything else.
-// The log, QueueInfo and the metrics say what was quarantined and which
-// offsets it held.
+// Quarantine. Damaged records in a partition log, found by its recovery,
+// its background scrub or a read, are copied aside by the log (never
+// deleted) and their offsets become a hole: only the damaged range is
+// lost, the records after it serve. A sealed segment whose header is
+// corrupt, met while replaying or delivering, gets the whole segment
+// renamed aside. The partition drops the messages it held in a hole,
+// counts them as lost, and serves everything else. The log, QueueInfo
+// (Quarantined, LostRecords) and the metrics say what was quarantined,
+// which offsets it held and how many records were lost.
 
 // quarantineRecord is one quarantined range and the messages lost with it.
 type quarantineRecord struct {

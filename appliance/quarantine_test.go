@@ -76,6 +76,9 @@ func TestCorruptSegmentIsQuarantined(t *testing.T) {
 			if !damaged || q.ToOffset-q.FromOffset != 1 || (q.LostMessages == 0) != tc.crash {
 				t.Fatalf("quarantine report %+v", q)
 			}
+			if lost := mustInfo(t, b, "q").Partitions[0].LostRecords; lost != 1 {
+				t.Fatalf("partition reports %d log records lost, want 1", lost)
+			}
 			if _, err := fs.Stat(q.File); err != nil {
 				t.Fatalf("quarantined file must be kept: %v", err)
 			}

@@ -51,6 +51,7 @@ func (b *Broker) openPartition(q *queue, idx int) (*partition, error) {
 		FS:                     b.opts.FS,
 		SegmentSize:            b.opts.SegmentSize,
 		TailCacheBytes:         b.opts.TailCacheBytes,
+		ScrubBytesPerSecond:    max(b.opts.ScrubBytesPerSecond, 0),
 		BackgroundSyncInterval: walInterval(b.Settings()),
 		Logger:                 b.log.With("queue", q.cfg().Name, "partition", idx),
 		OnRecover:              rp.scanned,

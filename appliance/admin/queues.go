@@ -63,6 +63,7 @@ type partitionView struct {
 	Ready            int64             `json:"ready"`
 	InFlight         int64             `json:"in_flight"`
 	Quarantined      []quarantinedView `json:"quarantined"`
+	LostRecords      uint64            `json:"lost_records"` // log records lost to damage
 }
 
 type quarantinedView struct {
@@ -93,7 +94,7 @@ func viewQueue(in appliance.QueueInfo) queueView {
 			UnsyncedRecords: p.UnsyncedRecords, UnsyncedBytes: p.UnsyncedBytes,
 			OldestUnsyncedMs: p.OldestUnsynced.Milliseconds(), SyncPending: p.SyncPending,
 			Latched: p.Latched, LastError: p.LastError, Head: p.Head, Segments: p.Segments,
-			Messages: p.Messages, Ready: p.Ready, InFlight: p.InFlight,
+			Messages: p.Messages, Ready: p.Ready, InFlight: p.InFlight, LostRecords: p.LostRecords,
 			Quarantined: make([]quarantinedView, 0, len(p.Quarantined)),
 		}
 		if !p.LastSync.IsZero() {

@@ -102,7 +102,7 @@ func TestQueueViewNamesEveryBoundary(t *testing.T) {
 	p := q["partitions"].([]any)[0].(map[string]any)
 	for _, k := range []string{"index", "written_next", "durable_next", "unsynced_records", "unsynced_bytes",
 		"oldest_unsynced_ms", "last_sync", "sync_pending", "latched", "last_error", "head", "segments",
-		"messages", "ready", "in_flight", "quarantined"} {
+		"messages", "ready", "in_flight", "quarantined", "lost_records"} {
 		if _, ok := p[k]; !ok {
 			t.Errorf("partition view lacks %q", k)
 		}
