@@ -47,8 +47,13 @@
 //	00000000000000004096.seg   ...the last one is the active segment
 //	EPOCH                      epoch of the last Seal (absent until one)
 //	latched-cut.pending        present only after a latch: the offset to cut to
-//	<base>.seg.quarantined     a corrupt sealed segment set aside (Quarantine):
-//	                           never deleted; its offsets read as a hole
+//	<base>.seg.quarantined     a sealed segment with a corrupt header set aside
+//	                           (Quarantine): never deleted; its offsets read as
+//	                           a hole
+//	<base>.seg.<from>-<to>.damaged
+//	                           a copy of a damaged range of that segment, which
+//	                           held offsets [from, to): never deleted; those
+//	                           offsets read as a hole
 //
 // A segment starts with a 32-byte header and holds records back to back:
 //
@@ -62,7 +67,18 @@
 // All integers are little endian. A record's crc is CRC32C over its length,
 // offset, type and payload. Type 0 is invalid, so zero-filled space (a
 // preallocated segment, or the zeros ext4 leaves after a power cut) reads as
-// the end of the records. EPOCH and latched-cut.pending hold a u64 and its
+// the end of the records.
+//
+// A record that does not verify is a torn tail or damage (resync.go). The
+// scan looks for the next byte position where a record with a plausible
+// offset (at or above the one expected, at most one more per 17 bytes
+// skipped) decodes and verifies. Found, the bytes before it are a damaged
+// range: copied to a .damaged file, their offsets a hole (reads fail with
+// *HoleError), counted by LostRecords, and the records after it serve. Not
+// found, or found only past an aligned all-zero 512-byte sector (space a
+// write never reached), the bad record is a torn tail. In a sealed segment,
+// whose records must reach the next segment's base, zeros are damage too and
+// a bad record with nothing valid after it loses the offsets up to there. EPOCH and latched-cut.pending hold a u64 and its
 // CRC32C, and are replaced atomically (temporary file, sync, rename,
 // directory sync).
 //
@@ -84,18 +100,25 @@
 //  4. Open the sealed segments (all but the last) and check their headers. A
 //     bad header marks that segment corrupt (RecoveryReport.Corrupt); reads
 //     in its range fail with its *CorruptionError. Quarantined segment files
-//     become holes, from their base to the next segment's: reads there fail
-//     with a *HoleError naming the range. Sealed segments are otherwise
-//     indexed on first read, not scanned at open, so start-up is bounded by
-//     the size of one segment.
+//     become holes, from their base to the next segment's, and the .damaged
+//     files of sealed segments become holes of their offsets: reads there
+//     fail with a *HoleError naming the range. Sealed segments are otherwise
+//     not scanned at open, so start-up is bounded by the size of one
+//     segment: they are indexed on first read, and checked in full by the
+//     scrub (Options.ScrubBytesPerSecond, scrub.go) in the background. Both
+//     resync past damage and turn it into holes as step 5 does.
 //  5. Scan the active segment from its header with large preads, checking
 //     every record's checksum, offset and type, and build its sparse index.
 //     A missing or all-zero header (created, never synced) gets a fresh one.
 //     The scan stops at a zero header (the clean end), at the cut offset, or
-//     at the first bad record (a torn tail or corruption), which
-//     RecoveryReport.Stop names by segment, byte position and offset.
+//     at a torn tail, which RecoveryReport.Stop names by segment, byte
+//     position and offset. A bad record with valid records after it is
+//     damage: the scan resyncs at the next valid record and goes on.
 //     Options.OnRecover sees every record the scan keeps, so a caller can
-//     rebuild its state in the same read.
+//     rebuild its state in the same read (after a hole, in offset order).
+//     Each damaged range is then copied aside and its offsets made a hole
+//     (step 5c: RecoveryReport.Damaged, LostRecords); its bytes stay in the
+//     segment, where the next open's scan finds them again.
 //  6. Cut everything after the last valid record: truncate the file there
 //     and preallocate again (or, where the file cannot be truncated, write
 //     zeros over the rest), so no stale record can ever be read back as a
