@@ -41,7 +41,7 @@ func TestCorruptSegmentIsQuarantined(t *testing.T) {
 			if err := b.Close(); err != nil {
 				t.Fatal(err)
 			}
-			victim := damageSecondSegment(t, fs, fs.PathJoin("data", "queues", "q", "0"))
+			victim := damageSegment(t, fs, fs.PathJoin("data", "queues", "q", "0"), 1)
 
 			b = openBroker(t, fs, "data", opts)
 			defer b.Close()
@@ -89,6 +89,67 @@ func TestCorruptSegmentIsQuarantined(t *testing.T) {
 	}
 }
 
+// A damaged record in the active segment costs that record at start-up:
+// the messages after it are delivered, the hole is reported once and the
+// record counted as lost.
+func TestDamagedActiveRecordIsQuarantined(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		t.Run(map[bool]string{false: "checkpointed", true: "replayed after a crash"}[crash], func(t *testing.T) {
+			testDamagedActiveRecord(t, crash)
+		})
+	}
+}
+
+func testDamagedActiveRecord(t *testing.T, crash bool) {
+	ctx := testCtx(t)
+	mem := vfs.NewCrashableMem()
+	opts := Options{SegmentSize: 4 << 10, TailCacheBytes: -1}
+	b := openBroker(t, mem, "data", opts)
+	if _, err := b.Declare(ctx, QueueConfig{Name: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 300
+	for i := 0; i < n; i++ {
+		if _, err := b.Publish(ctx, "q", Message{Body: body(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var fs vfs.FS = mem
+	if crash {
+		fs = mem.CrashClone(vfs.CrashCloneCfg{}) // everything confirmed was synced
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	damageSegment(t, fs, fs.PathJoin("data", "queues", "q", "0"), -1)
+
+	b = openBroker(t, fs, "data", opts)
+	defer b.Close()
+	p := mustInfo(t, b, "q").Partitions[0]
+	if len(p.Quarantined) != 1 || p.LostRecords != 1 || p.Quarantined[0].ToOffset-p.Quarantined[0].FromOffset != 1 {
+		t.Fatalf("partition reports %+v lost %d, want one one-record hole", p.Quarantined, p.LostRecords)
+	}
+	hole := p.Quarantined[0]
+	if hole.ToOffset >= n {
+		t.Fatalf("hole %+v is at the end of the log: no record after it to keep", hole)
+	}
+	c := newCollector()
+	sub, err := b.Subscribe("q", SubscribeOptions{Prefetch: 64, Deliver: c.deliver})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	for i := 0; i < n-1; i++ {
+		d := c.next(t, ctx)
+		if d.Offset == hole.FromOffset || string(d.Body) != "message-"+pad(int(d.Offset)) {
+			t.Fatalf("delivered offset %d body %q (hole %+v)", d.Offset, d.Body, hole)
+		}
+		if err := sub.Ack(d.Tag); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func mustInfo(t *testing.T, b *Broker, name string) QueueInfo {
 	t.Helper()
 	info, err := b.QueueInfo(name)
@@ -98,9 +159,9 @@ func mustInfo(t *testing.T, b *Broker, name string) QueueInfo {
 	return info
 }
 
-// damageSecondSegment flips a byte in the first record of the log's second
-// segment and returns that segment's path.
-func damageSecondSegment(t *testing.T, fs vfs.FS, dir string) string {
+// damageSegment flips a byte in the first record of the log's segment i
+// (counted from the end when negative) and returns that segment's path.
+func damageSegment(t *testing.T, fs vfs.FS, dir string, i int) string {
 	t.Helper()
 	names, err := fs.List(dir)
 	if err != nil {
@@ -116,7 +177,10 @@ func damageSecondSegment(t *testing.T, fs vfs.FS, dir string) string {
 	if len(segs) < 4 {
 		t.Fatalf("want several segments, have %v", segs)
 	}
-	victim := fs.PathJoin(dir, segs[1])
+	if i < 0 {
+		i += len(segs)
+	}
+	victim := fs.PathJoin(dir, segs[i])
 	f, err := fs.OpenReadWrite(victim, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		t.Fatal(err)

@@ -165,7 +165,9 @@ func (b *Broker) rebuild(rp *replayer, idx int, log *wal.Log, haveSnap bool, sna
 		if hole, ok := b.quarantineOnRead(rp.q, idx, log, err); ok {
 			lost := st.dropRange(hole.From, hole.To)
 			st.appliedNext = max(st.appliedNext, hole.To)
-			rp.quarantined = append(rp.quarantined, quarantineRecord{Hole: hole, Lost: lost})
+			if !slices.ContainsFunc(rp.quarantined, func(r quarantineRecord) bool { return r.Hole.From == hole.From }) {
+				rp.quarantined = append(rp.quarantined, quarantineRecord{Hole: hole, Lost: lost})
+			}
 			from = hole.To
 			continue
 		}
