@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Quarantine. A sealed segment found corrupt is renamed aside, never
@@ -96,4 +98,36 @@ func (l *Log) Holes() []Hole {
 	l.segMu.RLock()
 	defer l.segMu.RUnlock()
 	return append([]Hole(nil), l.holes...)
+}
+
+// nextBase is where the sealed segment at base ends: the next segment or
+// quarantined segment after it.
+func nextBase(base, next uint64, quarantined []uint64) uint64 {
+	for _, q := range quarantined {
+		if q > base && q < next {
+			next = q
+		}
+	}
+	return next
+}
+
+// findHoles turns quarantined files into holes, each ending where the next
+// segment (or quarantined segment) starts.
+func findHoles(fs vfs.FS, dir string, quarantined, bases []uint64) []Hole {
+	var holes []Hole
+	for _, q := range quarantined {
+		to := ^uint64(0)
+		for _, b := range bases {
+			if b > q && b < to {
+				to = b
+			}
+		}
+		to = nextBase(q, to, quarantined)
+		if to == ^uint64(0) {
+			continue // past the active segment: nothing there to read
+		}
+		holes = append(holes, Hole{From: q, To: to, Path: fs.PathJoin(dir, segmentName(q)+".quarantined")})
+	}
+	sort.Slice(holes, func(a, b int) bool { return holes[a].From < holes[b].From })
+	return holes
 }

@@ -120,38 +120,6 @@ func Open(dir string, opts Options) (*Log, error) {
 	return l, nil
 }
 
-// MkdirAllSynced creates dir and its missing parents and syncs the parent
-// of each directory it created, so that a power loss cannot take the new
-// directory, and the synced records in it, away.
-func MkdirAllSynced(fs vfs.FS, dir string) error {
-	var parents []string
-	for d := dir; fs.PathDir(d) != d; d = fs.PathDir(d) {
-		if _, err := fs.Stat(d); err == nil {
-			break
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("wal: stat %s: %w", d, err)
-		}
-		parents = append(parents, fs.PathDir(d))
-	}
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("wal: create %s: %w", dir, err)
-	}
-	for _, p := range parents {
-		f, err := fs.OpenDir(p)
-		if err != nil {
-			return fmt.Errorf("wal: open directory %s: %w", p, err)
-		}
-		err = f.Sync()
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("wal: sync directory %s: %w", p, err)
-		}
-	}
-	return nil
-}
-
 // recover runs steps 2 to 8 and returns the active segment and its write
 // position.
 func (l *Log) recover() (*segment, int64, error) {
@@ -422,36 +390,4 @@ func (l *Log) removeCutMarker(had bool) error {
 		return fmt.Errorf("wal: sync directory: %w", err)
 	}
 	return nil
-}
-
-// nextBase is where the sealed segment at base ends: the next segment or
-// quarantined segment after it.
-func nextBase(base, next uint64, quarantined []uint64) uint64 {
-	for _, q := range quarantined {
-		if q > base && q < next {
-			next = q
-		}
-	}
-	return next
-}
-
-// findHoles turns quarantined files into holes, each ending where the next
-// segment (or quarantined segment) starts.
-func findHoles(fs vfs.FS, dir string, quarantined, bases []uint64) []Hole {
-	var holes []Hole
-	for _, q := range quarantined {
-		to := ^uint64(0)
-		for _, b := range bases {
-			if b > q && b < to {
-				to = b
-			}
-		}
-		to = nextBase(q, to, quarantined)
-		if to == ^uint64(0) {
-			continue // past the active segment: nothing there to read
-		}
-		holes = append(holes, Hole{From: q, To: to, Path: fs.PathJoin(dir, segmentName(q)+".quarantined")})
-	}
-	sort.Slice(holes, func(a, b int) bool { return holes[a].From < holes[b].From })
-	return holes
 }
