@@ -57,6 +57,22 @@ func writeValueFile(fs vfs.FS, dirFile vfs.File, dir, name string, v uint64) err
 	b := make([]byte, 12)
 	binary.LittleEndian.PutUint64(b, v)
 	binary.LittleEndian.PutUint32(b[8:], crc32.Checksum(b[:8], castagnoli))
+	return writeSynced(fs, dirFile, dir, name, b)
+}
+
+// WriteFileSynced writes data as dir/name, crash-safe: a synced temporary
+// file renamed over the old one, then the directory synced. After a crash
+// the file holds the old content or the new, never part of either.
+func WriteFileSynced(fs vfs.FS, dir, name string, data []byte) error {
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return fmt.Errorf("wal: open directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	return writeSynced(fs, d, dir, name, data)
+}
+
+func writeSynced(fs vfs.FS, dirFile vfs.File, dir, name string, b []byte) error {
 	tmp := fs.PathJoin(dir, name+tmpSuffix)
 	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
 	if err != nil {

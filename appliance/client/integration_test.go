@@ -28,16 +28,24 @@ func serve(t *testing.T, b *appliance.Broker, ln net.Listener) (shutdown func())
 	return brokertest.Serve(t, b, ln)
 }
 
-// startBroker runs a real broker behind a server on loopback.
-func startBroker(t *testing.T) (*appliance.Broker, string) {
+// startRestartable runs a real broker behind a server on loopback and
+// returns the broker, the address and the server's shutdown, so that a
+// test can start a server on the same address again.
+func startRestartable(t *testing.T) (*appliance.Broker, string, func()) {
 	t.Helper()
 	b := openBroker(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	serve(t, b, ln)
-	return b, ln.Addr().String()
+	return b, ln.Addr().String(), serve(t, b, ln)
+}
+
+// startBroker runs a real broker behind a server on loopback.
+func startBroker(t *testing.T) (*appliance.Broker, string) {
+	t.Helper()
+	b, addr, _ := startRestartable(t)
+	return b, addr
 }
 
 // Against the real broker, in both modes: publish 10,000 messages with
@@ -197,13 +205,7 @@ func settled(t *testing.T, ctx context.Context, b *appliance.Broker, queue strin
 // and every message is consumed; deliveries from the first connection are
 // stale.
 func TestReconnectToRestartedServer(t *testing.T) {
-	b := openBroker(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	shutdown := serve(t, b, ln)
+	b, addr, shutdown := startRestartable(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -305,13 +307,7 @@ func (h attemptLog) Handle(_ context.Context, r slog.Record) error {
 // backoff: the waits a restart ran up start over once a session is
 // established, however short the session that then ends.
 func TestBackoffStartsOverAfterAReconnect(t *testing.T) {
-	b := openBroker(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	shutdown := serve(t, b, ln)
+	b, addr, shutdown := startRestartable(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	logs := attemptLog{attempts: make(chan int64, 64)}

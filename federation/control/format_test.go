@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -80,7 +81,7 @@ func TestPersistedFormats(t *testing.T) {
 
 	// The golden snapshot restores to the state the commands built.
 	restored := NewFSM(nil)
-	if err := restored.Restore(readCloser{bytes.NewReader(readGolden(t, "snapshot.json"))}); err != nil {
+	if err := restored.Restore(io.NopCloser(bytes.NewReader(readGolden(t, "snapshot.json")))); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := restored.State(), fsm.State(); !reflect.DeepEqual(got, want) {
@@ -109,7 +110,3 @@ func readGolden(t *testing.T, name string) []byte {
 	}
 	return b
 }
-
-type readCloser struct{ *bytes.Reader }
-
-func (readCloser) Close() error { return nil }

@@ -170,15 +170,7 @@ func TestSnapshotRestore(t *testing.T) {
 	f.state = threeMembers(t)
 	f.state.declare(appliance.QueueConfig{Name: "q", Partitions: 2}, Policy{}, nil)
 	f.state.setSettings(map[string]string{"replicas": "3"})
-	snap, _ := f.Snapshot()
-	var sink memSink
-	if err := snap.Persist(&sink); err != nil {
-		t.Fatal(err)
-	}
-	g := NewFSM(nil)
-	if err := g.Restore(io.NopCloser(&sink)); err != nil {
-		t.Fatal(err)
-	}
+	g := roundTrip(t, f)
 	got := g.State()
 	if len(got.Members) != 3 || got.Queues["q"].Config.Partitions != 2 || len(got.Assignments["q"]) != 2 || got.Settings["replicas"] != "3" {
 		t.Fatalf("restored %+v", got)
@@ -267,15 +259,7 @@ func TestIncarnation(t *testing.T) {
 	if s := f.State(); s.Follows(follower, "q", 12, 0) || s.Assignments["q"][0].Incarnation != 24 {
 		t.Fatalf("re-declared: %+v", s.Assignments["q"])
 	}
-	snap, _ := f.Snapshot()
-	var sink memSink
-	if err := snap.Persist(&sink); err != nil {
-		t.Fatal(err)
-	}
-	g := NewFSM(nil)
-	if err := g.Restore(io.NopCloser(&sink)); err != nil {
-		t.Fatal(err)
-	}
+	g := roundTrip(t, f)
 	if s := g.State(); g.Applied() != 24 || s.Queues["q"].Incarnation != 24 || s.Assignments["q"][0].Incarnation != 24 {
 		t.Fatalf("restored: applied %d, %+v", g.Applied(), s.Assignments["q"])
 	}
@@ -308,4 +292,19 @@ func TestClusterDefaultPolicy(t *testing.T) {
 	if q, _, err := s.declare(appliance.QueueConfig{Name: "later"}, Policy{}, nil); err != nil || q.Config.Durability != appliance.Durable {
 		t.Fatalf("with the default cleared: %+v %v", q, err)
 	}
+}
+
+// roundTrip persists f's snapshot and restores it into a new FSM.
+func roundTrip(t *testing.T, f *FSM) *FSM {
+	t.Helper()
+	snap, _ := f.Snapshot()
+	var sink memSink
+	if err := snap.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	g := NewFSM(nil)
+	if err := g.Restore(io.NopCloser(&sink)); err != nil {
+		t.Fatal(err)
+	}
+	return g
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/fibril-edge/fibril/wal"
 )
 
 // A History says which owner instance wrote which offsets of a log, as
@@ -191,35 +192,12 @@ func LoadHistory(fs vfs.FS, dir string) (History, error) {
 	return h, nil
 }
 
-// SaveHistory writes h as dir's history, crash-safe: a synced temporary
-// file renamed over the old one, and the directory synced.
+// SaveHistory writes h as dir's history, crash-safe (wal.WriteFileSynced).
 func SaveHistory(fs vfs.FS, dir string, h History) error {
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
+	if err := wal.MkdirAllSynced(fs, dir); err != nil {
 		return fmt.Errorf("history directory %s: %w", dir, err)
 	}
-	tmp := fs.PathJoin(dir, HistoryFile+".new")
-	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		return fmt.Errorf("write history in %s: %w", dir, err)
-	}
-	_, err = f.Write(h.encode())
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = fs.Rename(tmp, fs.PathJoin(dir, HistoryFile))
-	}
-	if err == nil {
-		var d vfs.File
-		if d, err = fs.OpenDir(dir); err == nil {
-			err = d.Sync()
-			d.Close()
-		}
-	}
-	if err != nil {
+	if err := wal.WriteFileSynced(fs, dir, HistoryFile, h.encode()); err != nil {
 		return fmt.Errorf("write history in %s: %w", dir, err)
 	}
 	return nil
