@@ -106,7 +106,10 @@ func (b *browser) do(t *testing.T, what string, actions ...chromedp.Action[chrom
 func (b *browser) text(t *testing.T, sel string) string {
 	t.Helper()
 	b.do(t, "wait for "+sel, chromedp.WaitVisible(chromedp.CSS(sel)))
-	s, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel)))
+	// Read in one evaluation: the page re-renders as it polls, so a node
+	// looked up first and read after may be gone by then.
+	s, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`(() => { const e = document.querySelector(`+
+		strconv.Quote(sel)+`); return e ? e.innerText : ''; })()`))
 	if err != nil {
 		t.Fatalf("text of %s: %v", sel, err)
 	}
