@@ -137,13 +137,16 @@ func (q *queue) publish(m Message, now time.Time, done func(Confirm, error)) {
 	}
 	p := q.pick(m.Key)
 	size := int64(len(m.Body))
-	if err := q.makeRoom(p, size); err != nil {
+	reserved, err := q.makeRoom(p, size)
+	if err != nil {
 		done(Confirm{}, err)
 		return
 	}
 	rec := encodePublish(publishRecord{At: now, MessageID: m.ID, Headers: m.Headers, Body: m.Body})
 	p.publish(rec, func(res wal.AppendResult, err error) {
-		q.admitted(1, size) // applied (or failed): the state counts it now
+		if reserved {
+			q.admitted(1, size) // applied (or failed): the state counts it now
+		}
 		if err != nil {
 			done(Confirm{}, err)
 			return
@@ -198,39 +201,37 @@ func (q *queue) restoreDedupe(recs []dedupeRecord, partition int) {
 }
 
 // makeRoom applies the queue's limits and the broker's disk limits to a
-// publish of n bytes headed for p.
-func (q *queue) makeRoom(p *partition, n int64) error {
+// publish of n bytes headed for p. reserved says it took room under the
+// queue's limits (a queue with none reserves nothing and takes no lock);
+// the publish's completion gives it back (admitted).
+func (q *queue) makeRoom(p *partition, n int64) (reserved bool, err error) {
 	if err := q.b.checkDisk(n); err != nil {
 		q.counters.rejectedDisk.Add(1)
-		return err
+		return false, err
 	}
-	type drop struct {
-		p    *partition
-		off  uint64
-		size int64
+	if cfg := q.cfg(); cfg.MaxMessages <= 0 && cfg.MaxBytes <= 0 {
+		return false, nil // no limits: nothing to count, nothing to reserve
 	}
-	var drops []drop
-	// The discards are appended after the lock is let go: an append may
-	// wait for the applier, whose completions take the lock.
-	defer func() {
-		for _, d := range drops {
-			// The reservation goes right before the discard applies, so
-			// that the count never misses the message; for that instant
-			// it counts twice, which may drop one more but never lets
-			// the queue past its limit.
-			released := false
-			release := func() {
-				if !released {
-					released = true
-					q.dropped(1, d.size)
-				}
-			}
-			d.p.submitThen(settleEntries(recDiscard, []uint64{d.off}), release, func(res wal.AppendResult, err error) {
-				release() // the append failed: nothing to apply
-				d.p.logSettleError(res, err)
-			})
-		}
-	}()
+	drops, err := q.admitWithin(p, n)
+	// The discards are appended after the admission lock is let go: an
+	// append may wait for the applier, whose completions take the lock.
+	for _, d := range drops {
+		q.discardForRoom(d)
+	}
+	return err == nil, err
+}
+
+// roomDrop is a message drop-oldest discards to make room.
+type roomDrop struct {
+	p    *partition
+	off  uint64
+	size int64
+}
+
+// admitWithin checks the queue's limits, counting what is admitted but not
+// applied, and reserves room for one publish of n bytes; under
+// drop-oldest it picks the messages to discard first.
+func (q *queue) admitWithin(p *partition, n int64) ([]roomDrop, error) {
 	q.admit.mu.Lock()
 	defer q.admit.mu.Unlock()
 	count, bytes := q.size()
@@ -240,35 +241,52 @@ func (q *queue) makeRoom(p *partition, n int64) error {
 		return (q.cfg().MaxMessages > 0 && count+1 > q.cfg().MaxMessages) ||
 			(q.cfg().MaxBytes > 0 && bytes+n > q.cfg().MaxBytes)
 	}
-	if !over() {
-		q.admit.pubs, q.admit.pubBytes = q.admit.pubs+1, q.admit.pubBytes+n
-		return nil
-	}
-	if q.cfg().Overflow != OverflowDropOldest || (q.cfg().MaxBytes > 0 && n > q.cfg().MaxBytes) {
-		q.counters.rejectedFull.Add(1)
-		return fmt.Errorf("%w: queue %s holds %d messages, %d bytes (limits %d, %d)",
-			ErrQueueFull, q.cfg().Name, count, bytes, q.cfg().MaxMessages, q.cfg().MaxBytes)
-	}
-	// Drop the oldest ready messages, starting with the target partition.
-	for _, pp := range append([]*partition{p}, q.parts...) {
-		for over() {
-			off, size, ok := pp.takeOldest()
-			if !ok {
-				break
+	var drops []roomDrop
+	if over() {
+		if q.cfg().Overflow != OverflowDropOldest || (q.cfg().MaxBytes > 0 && n > q.cfg().MaxBytes) {
+			q.counters.rejectedFull.Add(1)
+			return nil, fmt.Errorf("%w: queue %s holds %d messages, %d bytes (limits %d, %d)",
+				ErrQueueFull, q.cfg().Name, count, bytes, q.cfg().MaxMessages, q.cfg().MaxBytes)
+		}
+		// Drop the oldest ready messages, starting with the target partition.
+		for _, pp := range append([]*partition{p}, q.parts...) {
+			for over() {
+				off, size, ok := pp.takeOldest()
+				if !ok {
+					break
+				}
+				q.admit.drops, q.admit.dropSize = q.admit.drops+1, q.admit.dropSize+size
+				drops = append(drops, roomDrop{p: pp, off: off, size: size})
+				q.counters.dropped.Add(1)
+				count--
+				bytes -= size
 			}
-			q.admit.drops, q.admit.dropSize = q.admit.drops+1, q.admit.dropSize+size
-			drops = append(drops, drop{p: pp, off: off, size: size})
-			q.counters.dropped.Add(1)
-			count--
-			bytes -= size
+		}
+		if over() {
+			q.counters.rejectedFull.Add(1)
+			return drops, fmt.Errorf("%w: queue %s: nothing ready to drop", ErrQueueFull, q.cfg().Name)
 		}
 	}
-	if over() {
-		q.counters.rejectedFull.Add(1)
-		return fmt.Errorf("%w: queue %s: nothing ready to drop", ErrQueueFull, q.cfg().Name)
-	}
 	q.admit.pubs, q.admit.pubBytes = q.admit.pubs+1, q.admit.pubBytes+n
-	return nil
+	return drops, nil
+}
+
+// discardForRoom appends a drop-oldest discard. Its reservation goes right
+// before the discard applies, so that the count never misses the message;
+// for that instant it counts twice, which may drop one more but never
+// lets the queue past its limit.
+func (q *queue) discardForRoom(d roomDrop) {
+	released := false // touched on the applier goroutine only, or by a failed submit
+	release := func() {
+		if !released {
+			released = true
+			q.dropped(1, d.size)
+		}
+	}
+	d.p.submitThen(settleEntries(recDiscard, []uint64{d.off}), release, func(res wal.AppendResult, err error) {
+		release() // the append failed: nothing to apply
+		d.p.logSettleError(res, err)
+	})
 }
 
 // admitted releases n admitted publishes of size bytes, once applied or

@@ -93,14 +93,6 @@ func (h History) Adopt(owner History, from uint64) History {
 	return out
 }
 
-// Last is the instance of h's last interval (0 for an empty history).
-func (h History) Last() uint64 {
-	if len(h) == 0 {
-		return legacyInstance
-	}
-	return h[len(h)-1].Instance
-}
-
 // ConsistentEnd is how far a copy holding [start, end) with history c is
 // a prefix of a log with history owner: end when all of it is, else the
 // first offset where the copy holds a record the owner's log does not.
