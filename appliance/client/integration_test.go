@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -281,27 +280,15 @@ func TestReconnectToRestartedServer(t *testing.T) {
 	}
 }
 
-// attemptLog passes on the attempt number of every failed reconnect the
-// client logs, and says when it reconnected (attempt 0).
-type attemptLog struct{ attempts chan int64 }
+// recordLog passes on every record the client logs.
+type recordLog struct{ records chan slog.Record }
 
-func (h attemptLog) Enabled(context.Context, slog.Level) bool { return true }
-func (h attemptLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h attemptLog) WithGroup(string) slog.Handler            { return h }
-func (h attemptLog) Handle(_ context.Context, r slog.Record) error {
-	switch r.Message {
-	case "fibril: reconnect failed":
-		r.Attrs(func(a slog.Attr) bool {
-			if a.Key == "attempt" {
-				h.attempts <- a.Value.Int64()
-			}
-			return true
-		})
-	case "fibril: reconnected":
-		h.attempts <- 0
-	}
-	return nil
-}
+func newRecordLog() recordLog { return recordLog{records: make(chan slog.Record, 4096)} }
+
+func (h recordLog) Enabled(context.Context, slog.Level) bool      { return true }
+func (h recordLog) WithAttrs([]slog.Attr) slog.Handler            { return h }
+func (h recordLog) WithGroup(string) slog.Handler                 { return h }
+func (h recordLog) Handle(_ context.Context, r slog.Record) error { h.records <- r.Clone(); return nil }
 
 // A server back after a short restart is reached again from the initial
 // backoff: the waits a restart ran up start over once a session is
@@ -310,21 +297,36 @@ func TestBackoffStartsOverAfterAReconnect(t *testing.T) {
 	b, addr, shutdown := startRestartable(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	logs := attemptLog{attempts: make(chan int64, 64)}
+	logs := newRecordLog()
 	c, err := client.Dial(ctx, addr, client.Options{Logger: slog.New(logs),
 		InitialBackoff: 5 * time.Millisecond, MaxBackoff: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	// next is the attempt number of the next failed reconnect logged, or
+	// 0 for a reconnect.
 	next := func() int64 {
-		select {
-		case a := <-logs.attempts:
-			return a
-		case <-ctx.Done():
-			t.Fatal("the client logged no reconnect attempt")
+		for {
+			select {
+			case r := <-logs.records:
+				switch r.Message {
+				case "fibril: reconnected":
+					return 0
+				case "fibril: reconnect failed":
+					var attempt int64
+					r.Attrs(func(a slog.Attr) bool {
+						if a.Key == "attempt" {
+							attempt = a.Value.Int64()
+						}
+						return true
+					})
+					return attempt
+				}
+			case <-ctx.Done():
+				t.Fatal("the client logged no reconnect attempt")
+			}
 		}
-		return 0
 	}
 	down := func() {
 		shutdown()
@@ -348,29 +350,13 @@ func TestBackoffStartsOverAfterAReconnect(t *testing.T) {
 	}
 }
 
-// messageLog counts the records the client logs, by message.
-type messageLog struct {
-	mu   *sync.Mutex
-	seen map[string]int
-}
-
-func (h messageLog) Enabled(context.Context, slog.Level) bool { return true }
-func (h messageLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h messageLog) WithGroup(string) slog.Handler            { return h }
-func (h messageLog) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	h.seen[r.Message]++
-	h.mu.Unlock()
-	return nil
-}
-
 // A clean Close is not a lost connection: the client neither says it is
 // reconnecting nor tries to.
 func TestCloseIsNotALostConnection(t *testing.T) {
 	_, addr := startBroker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	logs := messageLog{mu: &sync.Mutex{}, seen: map[string]int{}}
+	logs := newRecordLog()
 	for range 20 {
 		c, err := client.Dial(ctx, addr, client.Options{Logger: slog.New(logs)})
 		if err != nil {
@@ -381,10 +367,12 @@ func TestCloseIsNotALostConnection(t *testing.T) {
 		}
 		c.Close()
 	}
-	logs.mu.Lock()
-	defer logs.mu.Unlock()
+	seen := map[string]int{}
+	for len(logs.records) > 0 { // Close waited for every goroutine: all is logged
+		seen[(<-logs.records).Message]++
+	}
 	for _, msg := range []string{"fibril: connection lost; reconnecting", "fibril: reconnect failed", "fibril: reconnected"} {
-		if n := logs.seen[msg]; n != 0 {
+		if n := seen[msg]; n != 0 {
 			t.Errorf("20 clean closes logged %q %d times", msg, n)
 		}
 	}
