@@ -22,28 +22,11 @@ func TestCorruptSegmentIsQuarantined(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t)
-			mem := vfs.NewCrashableMem()
-			opts := Options{SegmentSize: 4 << 10, TailCacheBytes: -1}
-			b := openBroker(t, mem, "data", opts)
-			if _, err := b.Declare(ctx, QueueConfig{Name: "q"}); err != nil {
-				t.Fatal(err)
-			}
 			const n = 300
-			for i := 0; i < n; i++ {
-				if _, err := b.Publish(ctx, "q", Message{Body: body(i)}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			var fs vfs.FS = mem
-			if tc.crash {
-				fs = mem.CrashClone(vfs.CrashCloneCfg{}) // everything confirmed was synced
-			}
-			if err := b.Close(); err != nil {
-				t.Fatal(err)
-			}
+			fs, opts := closedQueue(t, n, tc.crash)
 			victim := damageSegment(t, fs, fs.PathJoin("data", "queues", "q", "0"), 1)
 
-			b = openBroker(t, fs, "data", opts)
+			b := openBroker(t, fs, "data", opts)
 			defer b.Close()
 			c := newCollector()
 			sub, err := b.Subscribe("q", SubscribeOptions{Prefetch: 64, Deliver: c.deliver})
@@ -102,28 +85,11 @@ func TestDamagedActiveRecordIsQuarantined(t *testing.T) {
 
 func testDamagedActiveRecord(t *testing.T, crash bool) {
 	ctx := testCtx(t)
-	mem := vfs.NewCrashableMem()
-	opts := Options{SegmentSize: 4 << 10, TailCacheBytes: -1}
-	b := openBroker(t, mem, "data", opts)
-	if _, err := b.Declare(ctx, QueueConfig{Name: "q"}); err != nil {
-		t.Fatal(err)
-	}
 	const n = 300
-	for i := 0; i < n; i++ {
-		if _, err := b.Publish(ctx, "q", Message{Body: body(i)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var fs vfs.FS = mem
-	if crash {
-		fs = mem.CrashClone(vfs.CrashCloneCfg{}) // everything confirmed was synced
-	}
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
+	fs, opts := closedQueue(t, n, crash)
 	damageSegment(t, fs, fs.PathJoin("data", "queues", "q", "0"), -1)
 
-	b = openBroker(t, fs, "data", opts)
+	b := openBroker(t, fs, "data", opts)
 	defer b.Close()
 	p := mustInfo(t, b, "q").Partitions[0]
 	if len(p.Quarantined) != 1 || p.LostRecords != 1 || p.Quarantined[0].ToOffset-p.Quarantined[0].FromOffset != 1 {
@@ -148,6 +114,33 @@ func testDamagedActiveRecord(t *testing.T, crash bool) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// closedQueue publishes n messages to queue q on 4 KiB segments and
+// closes the broker; with crash, it returns the file system as a power cut
+// would have left it (everything confirmed was synced).
+func closedQueue(t *testing.T, n int, crash bool) (vfs.FS, Options) {
+	t.Helper()
+	ctx := testCtx(t)
+	mem := vfs.NewCrashableMem()
+	opts := Options{SegmentSize: 4 << 10, TailCacheBytes: -1}
+	b := openBroker(t, mem, "data", opts)
+	if _, err := b.Declare(ctx, QueueConfig{Name: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if _, err := b.Publish(ctx, "q", Message{Body: body(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var fs vfs.FS = mem
+	if crash {
+		fs = mem.CrashClone(vfs.CrashCloneCfg{})
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return fs, opts
 }
 
 func mustInfo(t *testing.T, b *Broker, name string) QueueInfo {
