@@ -193,12 +193,16 @@ func (p *partition) replayHeld(to uint64) {
 		if err == nil && len(recs) == 0 {
 			err = errors.New("read nothing below the written frontier")
 		}
-		for _, r := range recs {
-			if err != nil || r.Offset >= to {
-				break
+		if err == nil { // one apply per read: the records come in offset order, without gaps
+			entries := make([]wal.Entry, 0, len(recs))
+			for _, r := range recs {
+				if r.Offset >= to {
+					break
+				}
+				entries = append(entries, wal.Entry{Type: r.Type, Payload: r.Payload})
 			}
-			err = p.apply(r.Offset, []wal.Entry{{Type: r.Type, Payload: r.Payload}})
-			from = r.Offset + 1
+			err = p.apply(from, entries)
+			from += uint64(len(entries))
 		}
 		if err != nil {
 			p.q.b.log.Error("replay of the records held for the replica gate failed; the partition cannot apply",
