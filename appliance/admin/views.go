@@ -63,9 +63,9 @@ type CopyProgress struct {
 	// CatchingUp: the follower is far behind and pulls synced batches
 	// instead of being pushed records as they are written.
 	CatchingUp bool `json:"catching_up,omitempty"`
-	// Refused is why the follower last refused the owner's stream (for
-	// example a copy that diverged from the owner's log), "" if it never
-	// did; a refused follower is not counted by the gate.
+	// Refused is why the follower refuses the owner's stream (for example
+	// a copy that diverged from the owner's log), "" while it takes it; a
+	// refused follower is not counted by the gate.
 	Refused string `json:"refused,omitempty"`
 }
 

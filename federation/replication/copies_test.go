@@ -17,6 +17,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/fibril-edge/fibril/internal/await"
 	"github.com/fibril-edge/fibril/internal/waltest"
 	"github.com/fibril-edge/fibril/wal"
 )
@@ -269,5 +270,30 @@ func fill(t *testing.T, l *wal.Log, n int) {
 	}
 	if _, err := l.Append(context.Background(), batch, wal.AfterFlush); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The owner's stream stats say why the follower refuses it while it does,
+// and nothing once a handshake is accepted again.
+func TestSenderReportsRefusalWhileItLasts(t *testing.T) {
+	a := &assignment{owner: "someone else", incarnation: 5}
+	f := NewFollower(FollowerOptions{Dir: "r", FS: vfs.NewMem(), Logger: quiet, Accept: a.accept, Keep: a.keep})
+	addr := serveFollower(t, f)
+	owner := openLog(t, vfs.NewMem(), "owner")
+	fill(t, owner, 5)
+	gate := NewGate(Written, 2, []string{"f"})
+	s := StartSender(SenderOptions{Hello: Hello{Epoch: 1, Incarnation: 5, Queue: "q", Owner: "o"}, Follower: "f", Addr: addr,
+		Dial: dialTCP, Log: owner, Gate: gate, Retry: time.Millisecond, Logger: quiet})
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	await.Until(t, ctx, "the refusal to show", func() bool {
+		st := s.Stats()
+		return st.Refusals > 0 && strings.Contains(st.LastRefusal, "owned by someone else")
+	})
+	a.set("o", 5)
+	waitGate(t, gate, 5)
+	if st := s.Stats(); st.LastRefusal != "" || st.Refusals == 0 {
+		t.Fatalf("after an accepted handshake: %+v", st)
 	}
 }

@@ -54,7 +54,8 @@ type SenderStats struct {
 	Pulls          uint64 // catch-up Pulls answered
 	CatchingUp     bool   // the stream is catching up now
 	// Refusals counts handshakes the follower refused; LastRefusal is the
-	// newest reason ("" before any), such as a copy that diverged.
+	// newest reason while the follower refuses (such as a copy that
+	// diverged), "" once a handshake is accepted again.
 	Refusals    uint64
 	LastRefusal string
 }
@@ -176,6 +177,7 @@ func (s *Sender) stream(ctx context.Context) error {
 	if head := s.o.Log.Head(); pos.Written < head {
 		return fmt.Errorf("follower at %d is behind the owner's head %d", pos.Written, head)
 	}
+	s.lastRefusal.Store(nil) // taken again: nothing refused now
 	s.o.Gate.Update(s.o.Follower, pos)
 	readErr := make(chan error, 1)
 	pulls := make(chan Pull, 1)
