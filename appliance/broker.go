@@ -54,6 +54,12 @@ type Options struct {
 	// Replication, when set, gates every partition's applies on its copies
 	// (a cluster node). Default nil: a solo broker.
 	Replication Replication
+	// LogDir, when set, names the directory of a partition's log instead
+	// of DataDir/queues/<queue>/<partition> (a cluster node keeps the logs
+	// it owns beside its copies of other nodes', so a copy becomes the
+	// owner's log, and back, without moving). DeleteQueue then leaves the
+	// logs to the caller. Default nil.
+	LogDir func(queue string, partition int) string
 }
 
 func (o Options) withDefaults() Options {
@@ -232,6 +238,10 @@ func (b *Broker) DeleteQueue(ctx context.Context, name string) error {
 	}
 	if err := b.meta.deleteQueue(name); err != nil {
 		return err
+	}
+	if b.opts.LogDir != nil {
+		b.log.Info("queue deleted; its logs stay for the cluster", "queue", name)
+		return nil
 	}
 	if err := b.opts.FS.RemoveAll(b.queueDir(name)); err != nil {
 		return fmt.Errorf("remove %s logs: %w", name, err)

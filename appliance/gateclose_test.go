@@ -23,9 +23,10 @@ func (heldGate) Wait(stop <-chan struct{}, _ uint64) error {
 	<-stop
 	return errors.New("stopped")
 }
-func (heldGate) Floor() uint64  { return 0 }
-func (heldGate) Detach()        {}
-func (heldGate) Status() string { return "held" }
+func (heldGate) Floor() uint64   { return 0 }
+func (heldGate) Writable() error { return nil }
+func (heldGate) Detach()         {}
+func (heldGate) Status() string  { return "held" }
 
 // A partition whose applier waits at a gate that never opens, with the
 // hand-off to it full and one more append blocked on it, still closes:
@@ -95,9 +96,10 @@ func (r switchedReplication) Wait(stop <-chan struct{}, next uint64) error {
 		return errors.New("stopped")
 	}
 }
-func (switchedReplication) Floor() uint64  { return 0 }
-func (switchedReplication) Detach()        {}
-func (switchedReplication) Status() string { return "switched" }
+func (switchedReplication) Floor() uint64   { return 0 }
+func (switchedReplication) Writable() error { return nil }
+func (switchedReplication) Detach()         {}
+func (switchedReplication) Status() string  { return "switched" }
 
 // A publish held at a gate that never opened was written to the log but
 // never confirmed. After a restart it stays held: replay does not apply,

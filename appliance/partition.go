@@ -151,6 +151,14 @@ func (p *partition) submitThen(entries []wal.Entry, applying func(), done func(w
 		return
 	default:
 	}
+	if p.gate != nil {
+		if err := p.gate.Writable(); err != nil {
+			if done != nil {
+				done(wal.AppendResult{}, err)
+			}
+			return
+		}
+	}
 	c := p.log.AppendAsync(entries, p.dur)
 	select {
 	case p.applyCh <- pendingAppend{c: c, entries: entries, applying: applying, done: done}:
@@ -161,6 +169,74 @@ func (p *partition) submitThen(entries []wal.Entry, applying func(), done func(w
 		if done != nil {
 			done(wal.AppendResult{}, ErrClosed)
 		}
+	}
+}
+
+// heldDedupe are the message ids of records held for the replica gate
+// at open: a publish retried with one of their ids while they wait (a
+// client whose confirm a failover lost) is a duplicate, answered once the
+// record is applied.
+type heldDedupe struct {
+	q       *queue
+	idx     int
+	entries map[uint64]heldID // by offset
+}
+
+type heldID struct {
+	id string
+	e  *dedupeEntry
+}
+
+// heldIDs registers the ids of the records in [from, to) in the queue's
+// dedupe window, pending until they are applied.
+func (p *partition) heldIDs(from, to uint64) *heldDedupe {
+	h := &heldDedupe{q: p.q, idx: p.idx, entries: map[uint64]heldID{}}
+	if p.q.cfg().DedupeWindow <= 0 {
+		return h
+	}
+	for from < to {
+		recs, err := p.log.ReadWritten(from, 4<<20)
+		if err != nil || len(recs) == 0 {
+			return h // the replay reports it
+		}
+		for _, r := range recs {
+			if r.Offset >= to {
+				break
+			}
+			if r.Type != recPublish {
+				continue
+			}
+			pr, err := decodePublish(r.Payload)
+			if err != nil || pr.MessageID == "" {
+				continue
+			}
+			if e, ok := p.q.holdDedupe(pr.MessageID, pr.At); ok {
+				h.entries[r.Offset] = heldID{id: pr.MessageID, e: e}
+			}
+		}
+		from = recs[len(recs)-1].Offset + 1
+	}
+	return h
+}
+
+// applied completes the ids of the records below next.
+func (h *heldDedupe) applied(next uint64) {
+	for off, hid := range h.entries {
+		if off < next {
+			hid.e.confirm = Confirm{Queue: h.q.cfg().Name, Partition: h.idx, Offset: off, Durability: h.q.cfg().Durability}
+			close(hid.e.done)
+			delete(h.entries, off)
+		}
+	}
+}
+
+// fail forgets the ids of records not applied.
+func (h *heldDedupe) fail() {
+	for off, hid := range h.entries {
+		hid.e.err = fmt.Errorf("%w: the partition closed before the record was confirmed", ErrUnavailable)
+		close(hid.e.done)
+		h.q.dedupeForget(hid.id, hid.e)
+		delete(h.entries, off)
 	}
 }
 
@@ -176,6 +252,8 @@ func (p *partition) replayHeld(to uint64) {
 	if from >= to {
 		return
 	}
+	held := p.heldIDs(from, to)
+	defer held.fail() // what was not applied: its retries publish anew
 	if p.gate != nil { // the cluster may give a partition none
 		if err := p.gate.Wait(p.closing, to); err != nil {
 			return // closing: the next open replays them again
@@ -203,6 +281,7 @@ func (p *partition) replayHeld(to uint64) {
 			}
 			err = p.apply(from, entries)
 			from += uint64(len(entries))
+			held.applied(from)
 		}
 		if err != nil {
 			p.q.b.log.Error("replay of the records held for the replica gate failed; the partition cannot apply",

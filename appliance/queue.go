@@ -186,6 +186,20 @@ func (q *queue) dedupeForget(id string, e *dedupeEntry) {
 	q.dedupeMu.Unlock()
 }
 
+// holdDedupe registers id, published at at, as pending, unless the
+// window knows it already.
+func (q *queue) holdDedupe(id string, at time.Time) (*dedupeEntry, bool) {
+	q.dedupeMu.Lock()
+	defer q.dedupeMu.Unlock()
+	if _, ok := q.dedupe[id]; ok {
+		return nil, false
+	}
+	e := &dedupeEntry{at: at, done: make(chan struct{})}
+	q.dedupe[id] = e
+	q.order = append(q.order, dedupeKey{id: id, at: at})
+	return e, true
+}
+
 // restoreDedupe loads ids published inside the window (from snapshots and
 // replay) after a restart.
 func (q *queue) restoreDedupe(recs []dedupeRecord, partition int) {

@@ -47,6 +47,9 @@ func (b *Broker) openPartition(q *queue, idx int) (*partition, error) {
 		rp.st, rp.dedupe = snap.restore(), snap.Dedupe
 	}
 	dir := b.opts.FS.PathJoin(b.queueDir(q.cfg().Name), strconv.Itoa(idx))
+	if b.opts.LogDir != nil {
+		dir = b.opts.LogDir(q.cfg().Name, idx)
+	}
 	log, err := wal.Open(dir, wal.Options{
 		FS:                     b.opts.FS,
 		SegmentSize:            b.opts.SegmentSize,

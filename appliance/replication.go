@@ -33,4 +33,9 @@ type ReplicaGate interface {
 	// Status says what a confirm waiting now needs, for errors: "durable
 	// on 1 of 3 copies, the policy needs 2".
 	Status() string
+	// Writable is nil while the partition may append: a cluster's owner
+	// writes only in an epoch the control plane installed it in. Its
+	// error (ErrUnavailable) fails the publish or settle before anything
+	// is written.
+	Writable() error
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +36,10 @@ type ClusterOptions struct {
 	// Forward are the client options this node uses to reach other
 	// nodes' client listeners when it forwards a publish (token, TLS).
 	Forward client.Options
+	// FailoverTimeout is how long a queue's owner may stay unreachable
+	// from the leader before the queue fails over; default
+	// DefaultFailoverTimeout.
+	FailoverTimeout time.Duration
 }
 
 // Cluster ties a node's control plane, its local broker and replication
@@ -68,6 +73,9 @@ type Cluster struct {
 	forward     map[string]*client.Client  // by owner's client address
 	forwarders  map[string]*queueForwarder // by queue
 
+	fo              *failover // recoveries (failover.go)
+	failoverTimeout time.Duration
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
@@ -85,7 +93,11 @@ func OpenCluster(o ClusterOptions) (*Cluster, error) {
 	}
 	c := &Cluster{log: logger.With("node", o.Node.ID), owned: map[string]*ownedPartition{},
 		declared: map[string]uint64{}, nodeSet: make(chan struct{}), stop: make(chan struct{}),
-		forwardOpts: o.Forward, forward: map[string]*client.Client{}, forwarders: map[string]*queueForwarder{}, replicaDir: o.ReplicaDir, replicaFS: o.ReplicaFS}
+		forwardOpts: o.Forward, forward: map[string]*client.Client{}, forwarders: map[string]*queueForwarder{}, replicaDir: o.ReplicaDir, replicaFS: o.ReplicaFS,
+		fo: newFailover(), failoverTimeout: o.FailoverTimeout}
+	if c.failoverTimeout <= 0 {
+		c.failoverTimeout = DefaultFailoverTimeout
+	}
 	if c.replicaFS == nil {
 		c.replicaFS = vfs.Default
 	}
@@ -99,11 +111,17 @@ func OpenCluster(o ClusterOptions) (*Cluster, error) {
 	}
 	c.node = n
 	close(c.nodeSet)
-	c.wg.Add(2)
+	c.wg.Add(4)
 	go c.followAssignments()
 	go c.collectCopies()
+	go c.recoverQueues()
+	go c.watchOwners()
 	return c, nil
 }
+
+// LogDir is the broker's appliance.Options.LogDir for this node: a log it
+// owns lives where its copy of the partition would (failover.go).
+func (c *Cluster) LogDir(queue string, partition int) string { return c.logDir(queue, partition) }
 
 // Node is the control-plane node.
 func (c *Cluster) Node() *Node { return c.node }
@@ -191,6 +209,15 @@ func (c *Cluster) serve(st *control.State, name string) error {
 	if b == nil || (served && inc == q.Incarnation) || !c.newStateLocked(st) {
 		return nil
 	}
+	if !c.mayServe(st, name) {
+		// A queue the broker opened at start (its log reopened: a new
+		// instance, which goes through recovery first) is served as it
+		// is; nothing else is opened here.
+		if _, err := b.QueueInfo(name); err == nil && !served {
+			c.declared[name] = q.Incarnation
+		}
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if served {
@@ -202,7 +229,8 @@ func (c *Cluster) serve(st *control.State, name string) error {
 		return err
 	}
 	c.declared[name] = q.Incarnation
-	c.log.Info("serving queue", "queue", name, "policy", q.Policy.String(), "incarnation", q.Incarnation)
+	c.fo.setServing(name, true)
+	c.log.Info("serving queue", "queue", name, "policy", q.Policy.String(), "incarnation", q.Incarnation, "epoch", as[0].Epoch)
 	return nil
 }
 
@@ -232,6 +260,7 @@ func (c *Cluster) deleteLocalLocked(ctx context.Context, b *appliance.Broker, na
 	}
 	c.log.Info("stopped serving queue: the cluster deleted it", "queue", name, "incarnation", c.declared[name])
 	delete(c.declared, name)
+	c.fo.setServing(name, false)
 	return nil
 }
 
@@ -325,7 +354,8 @@ func ownedKey(queue string, partition int) string { return queue + "/" + strconv
 // retention removes nothing, until the assignment says which copies count.
 func (c *Cluster) Attach(queue string, partition int, cfg appliance.QueueConfig, log *wal.Log) appliance.ReplicaGate {
 	op := &ownedPartition{c: c, queue: queue, partition: partition, key: ownedKey(queue, partition),
-		durability: cfg.Durability, log: log, ready: make(chan struct{}), history: c.beginInstance(queue, partition, log)}
+		durability: cfg.Durability, log: log, ready: make(chan struct{})}
+	op.history, op.dir = c.beginInstance(queue, partition, log)
 	c.mu.Lock()
 	c.owned[op.key] = op
 	c.mu.Unlock()
@@ -339,25 +369,32 @@ func (c *Cluster) Attach(queue string, partition int, cfg appliance.QueueConfig,
 	return op
 }
 
-// ownedHistoryDir holds the histories of the partitions this node owns,
-// under the replica directory: "_owned" cannot be a queue name, so the
-// store of copies leaves it alone.
-const ownedHistoryDir = "_owned"
-
 // beginInstance starts a new instance of an owned partition's log: every
 // open is one, since a power cut may have cut the log back and the
-// offsets written from here on are not those written before. The new
-// instance is in the history, synced, before any record of it is
-// streamed. A history that cannot be saved is logged: followers then
-// take this instance's records, and after the next open the history does
-// not know it, so they are refused as diverged rather than counted.
-func (c *Cluster) beginInstance(queue string, partition int, log *wal.Log) replication.History {
+// offsets written from here on are not those written before. The history
+// lives in the log's directory, beside the records it describes; the new
+// instance is in it, synced, before any record of it is written (an
+// instance writes only once installed, ownedPartition.follow). A log
+// without a history that is not new to a queue this node saw declared
+// may lack records this node once held: it is marked as catching up, so
+// it is no witness in a recovery. A history that cannot be saved is
+// logged: the partition then writes nothing (see follow).
+func (c *Cluster) beginInstance(queue string, partition int, log *wal.Log) (replication.History, string) {
 	fs := c.replicaFS
-	dir := fs.PathJoin(c.replicaDir, ownedHistoryDir, queue, strconv.Itoa(partition))
+	dir := c.logDir(queue, partition)
 	h, err := replication.LoadHistory(fs, dir)
 	if err != nil {
 		c.log.Error("owned partition's history unreadable; starting a new one", "queue", queue, "partition", partition, "err", err)
 		h = nil
+	}
+	if h == nil {
+		var inc uint64
+		c.node.read(func(s *control.State) { inc = s.Queues[queue].Incarnation })
+		if inc == 0 || !c.node.Fresh(inc) || log.WrittenNext() > log.Head() {
+			if err := replication.MarkCatchUp(fs, dir, math.MaxUint64); err != nil {
+				c.log.Error("owned partition without history not marked as catching up", "queue", queue, "partition", partition, "err", err)
+			}
+		}
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
@@ -366,7 +403,7 @@ func (c *Cluster) beginInstance(queue string, partition int, log *wal.Log) repli
 	if err := replication.SaveHistory(fs, dir, h); err != nil {
 		c.log.Error("owned partition's history not saved", "queue", queue, "partition", partition, "err", err)
 	}
-	return h
+	return h, dir
 }
 
 // EnsureSettings makes kv the cluster's settings where they differ, in the

@@ -72,6 +72,8 @@ func (c *Cluster) checkHello(s *control.State, h replication.Hello) (final bool,
 	}
 	a := as[h.Partition]
 	switch {
+	case a.Sealing && a.Incarnation == h.Incarnation:
+		return false, fmt.Errorf("%s/%d is recovering at epoch %d: no owner streams until it is installed", h.Queue, h.Partition, a.Epoch)
 	case a.Incarnation != h.Incarnation:
 		return applied, fmt.Errorf("queue %s is incarnation %d in this node's control state, the stream's is %d",
 			h.Queue, a.Incarnation, h.Incarnation)
@@ -100,7 +102,7 @@ func (c *Cluster) keeps(id replication.CopyID) bool {
 		return true
 	}
 	var keep bool
-	c.node.read(func(s *control.State) { keep = s.Follows(c.node.opts.ID, id.Queue, id.Incarnation, id.Partition) })
+	c.node.read(func(s *control.State) { keep = s.Holds(c.node.opts.ID, id.Queue, id.Incarnation, id.Partition) })
 	return keep
 }
 

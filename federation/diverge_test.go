@@ -1,25 +1,28 @@
 package federation
 
 import (
-	"strings"
+	"bytes"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/internal/await"
 	"github.com/fibril-edge/fibril/wal"
+	"github.com/fibril-edge/fibril/internal/waltest"
 )
 
 // A buffered queue's owner loses its power: it comes back at its last
-// sync, shorter than both followers, whose copies hold records it no
-// longer has. Its next publish lands at an offset where the followers
-// hold other bytes, so neither may count for it: each refuses the stream
-// as diverged, the gate counts neither, and the publish stays unconfirmed
-// (recovery, not streaming, decides which history the cluster keeps).
-// Before copies kept their owner's history, the owner fed each follower's
-// position to its gate before checking it, and confirmed the new record
-// "written on 2 of 3" against a copy holding different bytes.
-func TestOwnerBackShorterIsNotCountedByDivergedCopies(t *testing.T) {
+// sync, shorter than both followers, whose copies hold the 30 confirmed
+// records it lost. Before recovery existed it resumed writing at its
+// shorter end, wrote new records where the followers held others, and
+// (before copies kept histories) confirmed them "written on 2 of 3"
+// against copies holding different bytes. Now its reopened log is a new
+// instance that writes nothing until the cluster installs an owner:
+// every copy seals, the longest history (a follower's) wins, and the old
+// owner follows it. Nothing confirmed is lost, and every copy ends up
+// holding the same records.
+func TestOwnerBackShorterRecoversTheLongestHistory(t *testing.T) {
 	nodes := startNodes(t, 3, nodeOptions{})
 	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "cut", Durability: appliance.Buffered}, "replica_buffered:2")
 	settings := owner.broker.Settings()
@@ -38,59 +41,51 @@ func TestOwnerBackShorterIsNotCountedByDivergedCopies(t *testing.T) {
 	if ol.DurableNext() != synced {
 		t.Fatalf("the owner synced past %d (at %d) before its power cut", synced, ol.DurableNext())
 	}
+	want := waltest.Records(t, ol, ol.WrittenNext())
+	epoch := nodes.assignments(t, "cut")[0].Epoch
 
 	owner.powerCut(t)
-	ol, ok := owner.cluster.OwnerLog("cut", 0)
-	await.Within(t, 30*time.Second, "the owner to serve again", func() bool {
-		ol, ok = owner.cluster.OwnerLog("cut", 0)
-		return ok
-	})
-	if end := ol.WrittenNext(); end != synced {
-		t.Fatalf("after the power cut the owner's log ends at %d, want its last sync %d", end, synced)
+	next := nodes.servedAfter(t, "cut", epoch)
+	if next.id == owner.id {
+		t.Fatalf("%s, back with %d records, won over followers holding %d", owner.id, synced, len(want))
 	}
-	confirmed := make(chan error, 1)
-	owner.broker.PublishAsync("cut", appliance.Message{Body: []byte("after the cut")},
-		func(_ appliance.Confirm, err error) { confirmed <- err })
-
-	op, g := owner.cluster.ownedGate("cut", 0)
-	var outcome error
-	done := false
-	await.Within(t, time.Minute, "the publish to confirm, or both followers to refuse the owner's stream as diverged", func() bool {
-		select {
-		case outcome = <-confirmed:
-			done = true
-			return true
-		default:
-		}
-		if g == nil {
-			op, g = owner.cluster.ownedGate("cut", 0)
-			return false
-		}
-		stats := op.streamStats()
-		n := 0
-		for _, st := range stats {
-			if st.Refusals > 0 && strings.Contains(st.LastRefusal, "diverged") {
-				n++
+	publishN(t, next.broker, "cut", "after", 5)
+	copies := nodes.copiesMatch(t, "cut", (*wal.Log).WrittenNext)
+	for _, have := range copies {
+		for i, w := range want {
+			if have[i].Offset != w.Offset || !bytes.Equal(have[i].Payload, w.Payload) {
+				t.Fatalf("confirmed record %d lost or changed after the recovery", w.Offset)
 			}
 		}
-		return n == 2
+	}
+	if lf := next.cluster.Node().State().Queues["cut"].LastFailover; lf == nil || lf.From != owner.id || lf.To != next.id {
+		t.Fatalf("last failover %+v", lf)
+	}
+}
+
+// servedAfter waits until a node serves every partition of queue at an
+// epoch above epoch, and returns it.
+func (c testCluster) servedAfter(t *testing.T, queue string, epoch uint64) *clusterNode {
+	t.Helper()
+	var owner *clusterNode
+	await.Within(t, time.Minute, fmt.Sprintf("a node to serve %s past epoch %d", queue, epoch), func() bool {
+		for _, n := range c {
+			if n.cluster == nil {
+				continue
+			}
+			as := n.cluster.Node().State().Assignments[queue]
+			if len(as) == 0 || as[0].Sealing || as[0].Epoch <= epoch || as[0].Owner != n.id {
+				continue
+			}
+			for p := range as {
+				if n.cluster.ownedWritable(queue, p) != nil {
+					return false
+				}
+			}
+			owner = n
+			return true
+		}
+		return false
 	})
-	if !done {
-		select {
-		case outcome = <-confirmed:
-			done = true
-		default:
-		}
-	}
-	if done {
-		t.Fatalf("the publish at offset %d completed (err %v) although every follower holds other bytes there", synced, outcome)
-	}
-	for f, p := range g.Positions() {
-		if p.Written > synced {
-			t.Fatalf("the gate counts %s at %d, past the owner's log end %d", f, p.Written, synced)
-		}
-	}
-	if ceil := g.Ceiling(); ceil > synced {
-		t.Fatalf("visibility ceiling %d past the owner's end %d: a record only the owner holds would be delivered", ceil, synced)
-	}
+	return owner
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/fibril-edge/fibril/appliance"
@@ -24,16 +25,26 @@ const lookupWait = 2 * time.Second
 //
 // A queue declared a moment ago through another node may not have reached
 // this node's view yet: an unknown queue waits up to lookupWait for it.
+//
+// A queue being recovered waits up to recoveryWait for its new owner, and
+// a queue this node was just installed to own, for the broker to open it.
 func (c *Cluster) Owner(queue string) (id, addr string, ok bool) {
-	known := false
+	known, settled := false, true
 	lookup := func(s *control.State) {
 		as, found := s.Assignments[queue]
-		known = found
+		known, settled = found, true
+		if found && len(as) > 0 && as[0].Sealing {
+			settled = false
+		}
 		if found && len(as) > 0 && as[0].Owner != c.node.opts.ID {
 			id, addr, ok = as[0].Owner, s.Members[as[0].Owner].ClientAddr, true
 		}
 	}
 	c.node.read(lookup)
+	if known && (!settled || (!ok && !c.serving(queue))) {
+		c.waitSettled(queue)
+		c.node.read(lookup)
+	}
 	if known {
 		return id, addr, ok
 	}
@@ -46,6 +57,40 @@ func (c *Cluster) Owner(queue string) (id, addr string, ok bool) {
 	return id, addr, ok
 }
 
+// serving reports whether the local broker serves queue.
+func (c *Cluster) serving(queue string) bool {
+	c.fo.mu.Lock()
+	defer c.fo.mu.Unlock()
+	return c.fo.serving[queue]
+}
+
+// waitSettled waits, up to recoveryWait, until queue is not recovering
+// and is served by another node or by this node's broker.
+func (c *Cluster) waitSettled(queue string) {
+	ctx, cancel := context.WithTimeout(context.Background(), recoveryWait)
+	defer cancel()
+	for {
+		changed, served := c.node.Changed(), c.fo.servedCh()
+		settled, local := false, false
+		c.node.read(func(s *control.State) {
+			as := s.Assignments[queue]
+			settled = len(as) == 0 || !as[0].Sealing
+			local = len(as) > 0 && as[0].Owner == c.node.opts.ID
+		})
+		if settled && (!local || c.serving(queue)) {
+			return
+		}
+		select {
+		case <-changed:
+		case <-served:
+		case <-ctx.Done():
+			return
+		case <-c.stop:
+			return
+		}
+	}
+}
+
 // Forward publishes m to the node serving queue, over a client connection
 // kept per owner, and reports whether it did (false: this node serves the
 // queue, or no node does). done gets the owner's confirm, or its error
@@ -55,8 +100,13 @@ func (c *Cluster) Owner(queue string) (id, addr string, ok bool) {
 // one sender per queue that pipelines them on the owner's connection, so
 // a connection publishing through this node sees its confirms in its own
 // publish order, as it would on the owner.
+//
+// A queue this node took over while publishes to it were being forwarded
+// (a failover) takes later publishes through the forwarder too, until
+// those have completed: they go to this node's broker after the earlier
+// ones.
 func (c *Cluster) Forward(queue string, m appliance.Message, done func(appliance.Confirm, error)) bool {
-	if _, _, ok := c.Owner(queue); !ok {
+	if _, _, ok := c.Owner(queue); !ok && !c.forwarding(queue) {
 		return false
 	}
 	fw, ok := c.queueForwarder(queue)
@@ -65,6 +115,12 @@ func (c *Cluster) Forward(queue string, m appliance.Message, done func(appliance
 		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
+	fw.pending.Add(1)
+	inner := done
+	done = func(cf appliance.Confirm, err error) {
+		inner(cf, err)
+		fw.pending.Add(-1)
+	}
 	select {
 	case fw.requests <- fwdRequest{ctx: ctx, cancel: cancel, m: m, done: done}:
 	case <-c.stop:
@@ -83,12 +139,25 @@ type fwdRequest struct {
 	done   func(appliance.Confirm, error)
 }
 
-// fwdSent is a forwarded publish on its way: its confirm comes on f.
+// fwdSent is a forwarded publish on its way: its confirm comes on f, or
+// on local when this node's broker took it.
 type fwdSent struct {
-	req fwdRequest
-	id  string // the owner it went to
-	f   *client.Future
+	req   fwdRequest
+	id    string // the owner it went to
+	f     *client.Future
+	local <-chan fwdResult
+	// completed closes once the publish's done has run.
+	completed chan struct{}
 }
+
+type fwdResult struct {
+	cf  appliance.Confirm
+	err error
+}
+
+// errServedHere: the queue a publish was forwarded for is served by this
+// node now.
+var errServedHere = errors.New("the queue is served by this node")
 
 // queueForwarder forwards one queue's publishes in order: send owns the
 // requests and writes them to the owner's connection one after the
@@ -96,6 +165,15 @@ type fwdSent struct {
 type queueForwarder struct {
 	requests chan fwdRequest
 	sent     chan fwdSent
+	pending  atomic.Int64 // publishes taken and not completed
+}
+
+// forwarding reports whether queue has forwarded publishes not completed.
+func (c *Cluster) forwarding(queue string) bool {
+	c.fwdMu.Lock()
+	fw, ok := c.forwarders[queue]
+	c.fwdMu.Unlock()
+	return ok && fw.pending.Load() > 0
 }
 
 // forwardQueueDepth bounds the publishes waiting to be forwarded per
@@ -119,7 +197,7 @@ func (c *Cluster) queueForwarder(queue string) (*queueForwarder, bool) {
 	c.forwarders[queue] = fw
 	c.wg.Add(2)
 	go c.sendForwarded(queue, fw)
-	go c.confirmForwarded(fw)
+	go c.confirmForwarded(queue, fw)
 	return fw, true
 }
 
@@ -129,6 +207,7 @@ func (c *Cluster) queueForwarder(queue string) (*queueForwarder, bool) {
 func (c *Cluster) sendForwarded(queue string, fw *queueForwarder) {
 	defer c.wg.Done()
 	defer close(fw.sent)
+	var last *fwdSent // the publish sent last
 	for {
 		var req fwdRequest
 		select {
@@ -145,6 +224,30 @@ func (c *Cluster) sendForwarded(queue string, fw *queueForwarder) {
 			}
 		}
 		id, cl, err := c.ownerClient(req.ctx, queue)
+		if err == nil || errors.Is(err, errServedHere) {
+			target := id
+			if err != nil {
+				target = c.node.opts.ID
+			}
+			if last != nil && last.id != target {
+				// The queue moved (a failover): what went to the old
+				// owner completes first, so confirms keep their order.
+				select {
+				case <-last.completed:
+				case <-req.ctx.Done():
+				case <-c.stop:
+				}
+			}
+		}
+		if errors.Is(err, errServedHere) {
+			// This node took the queue over (a failover) since the
+			// publish arrived: its broker confirms it, in order.
+			local := make(chan fwdResult, 1)
+			c.boundBroker().PublishAsync(queue, req.m, func(cf appliance.Confirm, err error) { local <- fwdResult{cf, err} })
+			last = &fwdSent{req: req, id: c.node.opts.ID, local: local, completed: make(chan struct{})}
+			fw.sent <- *last
+			continue
+		}
 		if err != nil {
 			req.cancel()
 			req.done(appliance.Confirm{}, err)
@@ -154,22 +257,106 @@ func (c *Cluster) sendForwarded(queue string, fw *queueForwarder) {
 		for i, h := range req.m.Headers {
 			headers[i] = client.Header{Key: h.Key, Value: h.Value}
 		}
-		f := cl.PublishAsyncContext(req.ctx, queue, client.Message{ID: req.m.ID, Key: req.m.Key, Headers: headers, Body: req.m.Body})
-		fw.sent <- fwdSent{req: req, id: id, f: f}
+		msg := client.Message{ID: req.m.ID, Key: req.m.Key, Headers: headers, Body: req.m.Body}
+		f := cl.PublishAsync(queue, msg)
+		select {
+		case <-f.Done():
+			if _, err := f.Result(); errors.Is(err, client.ErrNotConnected) {
+				// The owner is reconnecting: wait for it, but not past
+				// the moment it loses the queue to a failover.
+				ctx, stop := c.whileOwner(req.ctx, queue, id)
+				f = cl.PublishAsyncContext(ctx, queue, msg)
+				stop()
+			}
+		default:
+		}
+		last = &fwdSent{req: req, id: id, f: f, completed: make(chan struct{})}
+		fw.sent <- *last
 	}
 }
 
 // confirmForwarded completes sent publishes in the order they were sent.
-func (c *Cluster) confirmForwarded(fw *queueForwarder) {
+//
+// A publish sent to an owner that loses the queue (a recovery started, or
+// another node owns it now) fails as unavailable without waiting for that
+// owner: it can confirm nothing more, and the client retries it with its
+// message id.
+func (c *Cluster) confirmForwarded(queue string, fw *queueForwarder) {
 	defer c.wg.Done()
 	for s := range fw.sent {
-		cf, err := s.f.Result() // every Future completes: confirm, refusal, or a lost connection
-		s.req.cancel()
-		if err != nil {
-			s.req.done(appliance.Confirm{}, fmt.Errorf("forwarded to node %s: %w", s.id, brokerError(err)))
-			continue
+		var cf appliance.Confirm
+		var err error
+		if s.local != nil {
+			r := <-s.local
+			cf, err = r.cf, r.err
+		} else {
+			var ccf client.Confirm
+			ccf, err = c.forwardedResult(queue, s)
+			if err != nil {
+				err = fmt.Errorf("forwarded to node %s: %w", s.id, brokerError(err))
+			}
+			cf = appliance.Confirm{Partition: ccf.Partition, Offset: ccf.Offset, Duplicate: ccf.Duplicate}
 		}
-		s.req.done(appliance.Confirm{Partition: cf.Partition, Offset: cf.Offset, Duplicate: cf.Duplicate}, nil)
+		s.req.cancel()
+		s.req.done(cf, err)
+		close(s.completed)
+	}
+}
+
+// ownerMoved reports whether id has lost queue: a recovery started, or
+// another node owns it.
+func (c *Cluster) ownerMoved(queue, id string) bool {
+	moved := false
+	c.node.read(func(st *control.State) {
+		as := st.Assignments[queue]
+		moved = len(as) > 0 && (as[0].Sealing || as[0].Owner != id)
+	})
+	return moved
+}
+
+// whileOwner is ctx, also cancelled once id no longer owns queue (a
+// recovery started or another node owns it); stop releases it.
+func (c *Cluster) whileOwner(ctx context.Context, queue, id string) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		for {
+			changed := c.node.Changed()
+			if c.ownerMoved(queue, id) {
+				cancel()
+				return
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				return
+			case <-c.stop:
+				cancel()
+				return
+			}
+		}
+	}()
+	return ctx, cancel
+}
+
+// forwardedResult waits for a forwarded publish's outcome, or for its
+// owner to lose the queue.
+func (c *Cluster) forwardedResult(queue string, s fwdSent) (client.Confirm, error) {
+	for {
+		changed := c.node.Changed()
+		if c.ownerMoved(queue, s.id) {
+			select {
+			case <-s.f.Done(): // it may have completed meanwhile
+				return s.f.Result()
+			default:
+			}
+			return client.Confirm{}, fmt.Errorf("%w: node %s lost queue %s to a failover before it confirmed the publish",
+				client.ErrUnavailable, s.id, queue)
+		}
+		select {
+		case <-s.f.Done():
+			return s.f.Result()
+		case <-changed:
+		}
 	}
 }
 
@@ -181,6 +368,9 @@ func (c *Cluster) ownerClient(ctx context.Context, queue string) (id string, cl 
 	delay := 20 * time.Millisecond
 	for {
 		id, addr, ok := c.Owner(queue)
+		if !ok && c.serving(queue) && c.boundBroker() != nil {
+			return "", nil, errServedHere
+		}
 		if !ok {
 			return "", nil, fmt.Errorf("%w: queue %s has no serving node", appliance.ErrNotFound, queue)
 		}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -137,17 +138,21 @@ func (n *clusterNode) open(t *testing.T, ln, clientLn net.Listener) {
 	t.Helper()
 	n.clientLn = clientLn // closed with the node from here on
 	quiet := slog.New(slog.DiscardHandler)
+	if os.Getenv("FIBRIL_TEST_LOG") != "" {
+		quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
 	c, err := OpenCluster(ClusterOptions{
 		Node: Options{ID: n.id, Dir: n.raftDir, Listener: ln, Listen: n.clusterAddr, Peers: n.peers,
 			ClientAddr: n.clientAddr, Bootstrap: n.bootstrap, ElectionTimeout: testElection, Logger: quiet},
 		ReplicaDir: "replicas", ReplicaFS: n.replicaFS, ReplicaSegmentSize: 1 << 20,
+		FailoverTimeout: testFailover,
 	})
 	if err != nil {
 		t.Fatalf("open %s: %v", n.id, err)
 	}
 	n.cluster = c
 	b, err := appliance.Open(appliance.Options{DataDir: "data", FS: n.fs, Logger: quiet, SegmentSize: 1 << 20,
-		MinFreeBytes: -1, Replication: c})
+		MinFreeBytes: -1, Replication: c, LogDir: c.LogDir})
 	if err != nil {
 		t.Fatalf("open %s's broker: %v", n.id, err)
 	}
@@ -441,19 +446,22 @@ func (c testCluster) partitionCopies(t *testing.T, queue string, a control.Assig
 	return end, copies
 }
 
-// assignments is queue's assignments as the first node (by id) that
-// lists any sees them.
+// assignments is queue's assignments as the node whose state is newest
+// sees them (a node just restarted may not have caught up).
 func (c testCluster) assignments(t *testing.T, queue string) []control.Assignment {
 	t.Helper()
+	var newest *control.State
 	for _, id := range slices.Sorted(maps.Keys(c)) {
 		if nd := c[id]; nd.cluster != nil {
-			if as := nd.cluster.Node().State().Assignments[queue]; len(as) > 0 {
-				return as
+			if st := nd.cluster.Node().State(); len(st.Assignments[queue]) > 0 && (newest == nil || st.Applied > newest.Applied) {
+				newest = st
 			}
 		}
 	}
-	t.Fatalf("no node lists assignments for %s", queue)
-	return nil
+	if newest == nil {
+		t.Fatalf("no node lists assignments for %s", queue)
+	}
+	return newest.Assignments[queue]
 }
 
 // other is a node that is not n, the first by id.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -94,6 +95,13 @@ type Node struct {
 	replayed   chan struct{}
 	replayAt   uint64
 	replayOnce sync.Once
+
+	// blank: raft had no state at open (a new node, or a wiped one).
+	// liveFrom is set at the first applied change (see Fresh).
+	blank    bool
+	liveOnce sync.Once
+	liveFrom atomic.Uint64
+	liveSet  atomic.Bool
 }
 
 // Open starts the node: its cluster listener, raft, and (unless it is
@@ -126,6 +134,7 @@ func Open(o Options) (*Node, error) {
 		store.Close()
 		return nil, err
 	}
+	n.liveFrom.Store(n.replayAt) // a blank node moves it at its first change (noteLive)
 	ln := o.Listener
 	if ln == nil {
 		ln, err = net.Listen("tcp", o.Listen)
@@ -174,6 +183,7 @@ func (n *Node) startRaft() error {
 	if err != nil {
 		return fmt.Errorf("federation: read raft state: %w", err)
 	}
+	n.blank = !existing
 	if o.Bootstrap && !existing {
 		servers := []raft.Server{{ID: cfg.LocalID, Address: n.trans.LocalAddr()}}
 		for _, p := range o.Peers {
@@ -188,6 +198,9 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("federation: start raft: %w", err)
 	}
 	n.raft = r
+	if !n.blank {
+		n.liveSet.Store(true)
+	}
 	return nil
 }
 
@@ -255,6 +268,7 @@ func (n *Node) Changed() <-chan struct{} {
 
 func (n *Node) notify() {
 	n.checkReplayed()
+	n.noteLive()
 	n.mu.Lock()
 	close(n.changed)
 	n.changed = make(chan struct{})

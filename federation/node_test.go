@@ -22,6 +22,10 @@ import (
 
 const testElection = 200 * time.Millisecond
 
+// testFailover is the tests' failover timeout: several elections, so a
+// leader change alone does not fail a queue over.
+const testFailover = 5 * testElection
+
 type cluster struct {
 	t     *testing.T
 	tweak func(*Options)

@@ -16,12 +16,15 @@ import (
 // per follower. It follows its assignment: a follower the assignment gains
 // (a member joined, the replicas setting rose) gets a stream from offset 0
 // and a place in the gate, and the gate takes the policy's count for the
-// new number of copies. Followers are never dropped here, and a new epoch
-// (a new owner) is left to recovery.
+// new number of copies. Followers are never dropped here.
 //
-// Until the assignment is known (a restarted node opens its queues before
-// raft has replayed the control log) the partition has no gate: Wait
-// blocks and Floor keeps everything.
+// It writes only in an epoch this node was installed in (failover.go):
+// until then it has no gate, Wait blocks, Floor keeps everything and
+// Writable refuses. A log reopened under an assignment naming this node
+// owner (a restart) is a new instance that asks for a recovery instead of
+// resuming at its old end. A new epoch, or another owner, fences it for
+// good: it writes nothing more, its streams end, and the broker closes
+// the queue.
 type ownedPartition struct {
 	c          *Cluster
 	queue      string
@@ -29,15 +32,17 @@ type ownedPartition struct {
 	key        string
 	durability appliance.Durability
 	log        *wal.Log
-	ready      chan struct{}       // closed once gate is set
-	history    replication.History // this instance's, fixed at Attach
+	dir        string        // the log's directory, which holds its history
+	ready      chan struct{} // closed once gate is set
 
-	mu        sync.Mutex // guards the fields below
+	mu        sync.Mutex          // guards the fields below
+	history   replication.History // this instance's
 	gate      *replication.Gate
-	epoch     uint64   // the assignment's epoch when the gate was made
+	epoch     uint64   // the epoch the gate was made in
 	followers []string // those with a stream, in assignment order
 	streams   map[string]*replication.Sender
 	closed    bool
+	fenced    string // why the partition writes no more; "" while it may
 }
 
 // currentGate is the partition's gate, nil until its assignment is known.
@@ -84,24 +89,46 @@ func (op *ownedPartition) follow() {
 			addrs[f] = s.Members[f].ClusterAddr
 		}
 	})
-	if a.Owner != op.c.node.opts.ID {
-		return // not known yet, or not this node's (part 2: a new owner)
+	me := op.c.node.opts.ID
+	switch {
+	case a.Owner == "":
+		return // not known yet
+	case a.Owner != me:
+		op.fence("the queue is owned by " + a.Owner)
+		return
+	case a.Sealing:
+		op.fence(fmt.Sprintf("the queue is recovering at epoch %d", a.Epoch))
+		return
 	}
 	op.mu.Lock()
 	defer op.mu.Unlock()
-	if op.closed {
+	if op.closed || op.fenced != "" {
+		return
+	}
+	if op.gate != nil && a.Epoch != op.epoch {
+		op.fenceLocked(fmt.Sprintf("epoch %d replaced epoch %d", a.Epoch, op.epoch))
 		return
 	}
 	if op.gate == nil {
+		if !op.c.installedAt(op.queue, a.Epoch) {
+			op.c.askRecovery(op.queue, a.Epoch, "the owner reopened its log: a new instance never resumes writing at its old end")
+			return
+		}
+		// The records this instance writes are the epoch's: in its
+		// history, synced, before the first is written.
+		h := op.history.Installed(a.Epoch)
+		if err := replication.SaveHistory(op.c.replicaFS, op.dir, h); err != nil {
+			op.c.log.Error("partition cannot write: its history is not saved", "queue", op.queue, "partition", op.partition, "err", err)
+			return
+		}
+		op.history = h
 		boundary := replication.Durable
 		if control.Boundary(op.durability) == "written" {
 			boundary = replication.Written
 		}
 		op.gate, op.epoch = replication.NewGate(boundary, a.Policy.Required(1), nil), a.Epoch
 		close(op.ready)
-	}
-	if a.Epoch != op.epoch {
-		return
+		op.c.fo.setServing(op.queue, true)
 	}
 	var added []string
 	for _, f := range a.Followers {
@@ -121,7 +148,7 @@ func (op *ownedPartition) follow() {
 		}
 		op.streams[f] = replication.StartSender(replication.SenderOptions{
 			Hello: replication.Hello{Epoch: a.Epoch, Incarnation: a.Incarnation, Durability: op.durability, Partition: uint32(op.partition),
-				Queue: op.queue, Owner: op.c.node.opts.ID, History: op.history},
+				Queue: op.queue, Owner: me, History: op.history},
 			Follower: f,
 			Addr:     addrs[f],
 			Dial:     op.c.node.DialReplica,
@@ -132,6 +159,40 @@ func (op *ownedPartition) follow() {
 	}
 	op.c.log.Info("replicating partition", "queue", op.queue, "partition", op.partition,
 		"new_followers", added, "policy", a.Policy.Describe(op.durability, 1+len(op.followers)))
+}
+
+// fence stops the partition writing for good and ends its streams.
+func (op *ownedPartition) fence(why string) {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	op.fenceLocked(why)
+}
+
+func (op *ownedPartition) fenceLocked(why string) {
+	if op.fenced != "" || op.closed {
+		return
+	}
+	op.fenced = why
+	op.c.fo.setServing(op.queue, false)
+	for _, s := range op.streams {
+		op.c.wg.Add(1)
+		go func() { defer op.c.wg.Done(); s.Close() }()
+	}
+	op.streams = nil
+	op.c.log.Warn("partition stopped writing", "queue", op.queue, "partition", op.partition, "why", why)
+}
+
+// Writable is nil while the partition may write.
+func (op *ownedPartition) Writable() error {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	switch {
+	case op.fenced != "":
+		return fmt.Errorf("%w: partition %s/%d: %s", appliance.ErrUnavailable, op.queue, op.partition, op.fenced)
+	case op.gate == nil:
+		return fmt.Errorf("%w: partition %s/%d waits for the cluster to install this node as its owner", appliance.ErrUnavailable, op.queue, op.partition)
+	}
+	return nil
 }
 
 // close stops the streams; follow starts none after it.
@@ -178,6 +239,9 @@ func (op *ownedPartition) Floor() uint64 {
 }
 
 func (op *ownedPartition) Status() string {
+	if err := op.Writable(); err != nil {
+		return err.Error()
+	}
 	if g := op.currentGate(); g != nil {
 		return g.Pending(op.log.WrittenNext())
 	}

@@ -22,6 +22,8 @@ import (
 type controlRequest struct {
 	Join    *control.Member  `json:"join,omitempty"`
 	Command *control.Command `json:"command,omitempty"`
+	// Ping asks only for an answer: the leader's failure detector.
+	Ping bool `json:"ping,omitempty"`
 }
 
 type controlResponse struct {
@@ -103,6 +105,10 @@ func (n *Node) serveControl(c net.Conn) {
 	if id, ok := PeerNodeID(c); ok && req.Join != nil && req.Join.ID != id && !n.isMember(id) {
 		json.NewEncoder(c).Encode(encodeResult(control.Result{Err: fmt.Errorf(
 			"%w: the certificate names node %q, which may not join as %q", appliance.ErrInvalid, id, req.Join.ID)}))
+		return
+	}
+	if req.Ping {
+		json.NewEncoder(c).Encode(controlResponse{})
 		return
 	}
 	select {
@@ -192,6 +198,15 @@ func (n *Node) request(ctx context.Context, addr string, req controlRequest) (co
 		return controlResponse{}, err
 	}
 	return resp, nil
+}
+
+// ping asks the node at addr for an answer.
+func (n *Node) ping(ctx context.Context, addr string) error {
+	resp, err := n.request(ctx, addr, controlRequest{Ping: true})
+	if err == nil && resp.Code != "" {
+		err = errors.New(resp.Error)
+	}
+	return err
 }
 
 func deadline(ctx context.Context) time.Time {

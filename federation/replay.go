@@ -55,3 +55,31 @@ func (n *Node) checkReplayed() {
 		close(n.replayed)
 	})
 }
+
+// Fresh reports whether the command at index was applied while this node
+// was up: not replayed from its own log after a restart, nor caught up
+// from the leader by a node whose raft state was empty at open (a wiped
+// node rejoining). A queue declared at a fresh index is one this node
+// saw created, so a log it creates for it holds everything the queue
+// ever had; any other log it creates may lack what the node once held.
+func (n *Node) Fresh(index uint64) bool {
+	return n.liveSet.Load() && index > n.liveFrom.Load()
+}
+
+// noteLive fixes where fresh commands begin, at the first applied change:
+// after what the node's own log held at open, or, for a node that opened
+// with no raft state, after everything the cluster had committed when it
+// first heard from it.
+func (n *Node) noteLive() {
+	if !n.blank {
+		return // liveFrom is replayAt, set at open
+	}
+	n.liveOnce.Do(func() {
+		from := n.fsm.Applied()
+		if n.raft != nil {
+			from = max(from, n.raft.CommitIndex())
+		}
+		n.liveFrom.Store(from)
+		n.liveSet.Store(true)
+	})
+}

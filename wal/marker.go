@@ -37,6 +37,25 @@ func readEpoch(fs vfs.FS, dir string) (uint64, error) {
 	return v, err
 }
 
+// CutBack makes the next Open of the closed log in dir end at offset to:
+// every record at or past it goes before anything can read the log (a
+// cut below the head leaves an empty log starting at to). It is how a
+// replica drops the records it holds past where it diverges from the
+// history a recovery installed. It is crash safe: the cut is recorded in
+// latched-cut.pending, replaced atomically, and carried out by Open; a
+// cut already pending at a lower offset is kept.
+func CutBack(fs vfs.FS, dir string, to uint64) error {
+	if fs == nil {
+		fs = vfs.Default
+	}
+	if pending, ok, err := readCutMarker(fs, dir); err != nil {
+		return err
+	} else if ok && pending <= to {
+		return nil
+	}
+	return LoseUnsyncedOnNextOpen(fs, dir, to)
+}
+
 // LoseUnsyncedOnNextOpen makes the next Open of the closed log in dir cut it
 // back to durableNext, as a power loss that dropped everything after that
 // offset would. It simulates power loss on real directories, where the page

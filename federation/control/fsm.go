@@ -22,6 +22,8 @@ const (
 	OpDeclare      Op = "declare"
 	OpDeleteQueue  Op = "delete_queue"
 	OpSetSettings  Op = "set_settings"
+	OpRecover      Op = "recover"
+	OpSeal         Op = "seal"
 )
 
 // Command is one entry of the control log, JSON-encoded.
@@ -33,6 +35,8 @@ type Command struct {
 	Policy   Policy                 `json:"policy,omitzero"`
 	Warnings []string               `json:"warnings,omitempty"`
 	Settings map[string]string      `json:"settings,omitempty"`
+	Recover  *Recover               `json:"recover,omitempty"`
+	Seal     *SealReport            `json:"seal,omitempty"`
 }
 
 // Result is what applying a command returns to the proposer.
@@ -117,6 +121,16 @@ func (s *State) apply(c Command) Result {
 		return Result{Err: s.deleteQueue(c.ID)}
 	case OpSetSettings:
 		return Result{Err: s.setSettings(c.Settings)}
+	case OpRecover:
+		if c.Recover == nil {
+			return Result{Err: errors.New("control: recover without its argument")}
+		}
+		return Result{Err: s.recover(*c.Recover)}
+	case OpSeal:
+		if c.Seal == nil {
+			return Result{Err: errors.New("control: seal without its report")}
+		}
+		return Result{Err: s.seal(*c.Seal)}
 	}
 	return Result{Err: fmt.Errorf("control: unknown command %q", c.Op)}
 }

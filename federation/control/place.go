@@ -63,7 +63,7 @@ func (s *State) fill() {
 		for i := range as {
 			a := &as[i]
 			lack := want - a.Replicas()
-			if lack <= 0 {
+			if lack <= 0 || a.Sealing { // a recovery counts the copies it started with
 				continue
 			}
 			var free []string

@@ -55,11 +55,13 @@ type Queue struct {
 	// queue of the same name: the raft log index of the command that
 	// created it, the same on every node.
 	Incarnation uint64 `json:"incarnation,omitempty"`
+	// LastFailover is the queue's latest recovery, nil before the first.
+	LastFailover *Failover `json:"last_failover,omitempty"`
 }
 
 // Assignment places one queue partition: its owner, its followers and the
 // epoch of that placement. The epoch rises whenever the owner changes (part
-// 2: seals); the replication handshake carries it. Followers only grow
+// recovery.go); the replication handshake carries it. Followers only grow
 // while the owner stays (see fill): a member joining, or the replicas
 // setting rising, adds followers under the same epoch, and the owner
 // notices by comparing the list, so no separate counter is kept.
@@ -73,6 +75,11 @@ type Assignment struct {
 	// Incarnation is the queue's (see Queue.Incarnation): copies of a
 	// queue deleted and declared again under the same name differ in it.
 	Incarnation uint64 `json:"incarnation,omitempty"`
+	// Sealing: a recovery is installing Epoch (recovery.go). No owner
+	// serves the partition meanwhile; Owner is the last one, and Seals
+	// are the copies' reports so far.
+	Sealing bool   `json:"sealing,omitempty"`
+	Seals   []Seal `json:"seals,omitempty"`
 }
 
 // Replicas is the partition's copy count, owner included.
@@ -108,12 +115,17 @@ func (s *State) clone() *State {
 	}
 	for k, v := range s.Queues {
 		v.Warnings = slices.Clone(v.Warnings)
+		if v.LastFailover != nil {
+			f := *v.LastFailover
+			v.LastFailover = &f
+		}
 		c.Queues[k] = v
 	}
 	for k, v := range s.Assignments {
 		as := make([]Assignment, len(v))
 		for i, a := range v {
 			a.Followers = slices.Clone(a.Followers)
+			a.Seals = slices.Clone(a.Seals)
 			as[i] = a
 		}
 		c.Assignments[k] = as
@@ -361,4 +373,15 @@ func (s *State) Follows(member, queue string, incarnation uint64, partition int)
 	}
 	a := as[partition]
 	return a.Incarnation == incarnation && slices.Contains(a.Followers, member)
+}
+
+// Holds reports whether the state gives member a copy (owned or
+// followed) of queue's partition under incarnation.
+func (s *State) Holds(member, queue string, incarnation uint64, partition int) bool {
+	as := s.Assignments[queue]
+	if partition < 0 || partition >= len(as) {
+		return false
+	}
+	a := as[partition]
+	return a.Incarnation == incarnation && slices.Contains(a.Copies(), member)
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/fibril-edge/fibril/wal"
 )
@@ -111,11 +112,13 @@ func (f *Follower) attach(h Hello, c net.Conn) (*replica, chan struct{}, error) 
 				f.mu.Unlock()
 				return nil, nil, fmt.Errorf("%w: %s", ErrNotKept, id)
 			}
-			// No tail cache: nothing reads a copy while it follows (part 2's
-			// recovery reads it once), and a node may follow many partitions.
-			log, err := wal.Open(f.copyDir(id), wal.Options{FS: f.opts.FS, SegmentSize: f.opts.SegmentSize,
-				TailCacheBytes: -1, BackgroundSyncInterval: f.interval,
-				Logger: f.opts.Logger.With("replica", key)})
+			if c == nil { // a seal opens only a copy there is
+				if _, err := f.opts.FS.Stat(f.copyDir(id)); err != nil {
+					f.mu.Unlock()
+					return nil, nil, fmt.Errorf("open replica %s: %w", id, err)
+				}
+			}
+			log, err := f.openLog(id, f.interval)
 			if err != nil {
 				f.mu.Unlock()
 				return nil, nil, fmt.Errorf("open replica %s: %w", id, err)
@@ -123,10 +126,12 @@ func (f *Follower) attach(h Hello, c net.Conn) (*replica, chan struct{}, error) 
 			r = &replica{id: id, log: log}
 			f.replicas[key] = r
 		}
-		if r.stream != nil {
+		if r.done != nil { // a stream, or a seal, holds the copy
 			old, done := r.stream, r.done
 			f.mu.Unlock()
-			old.Close()
+			if old != nil {
+				old.Close()
+			}
 			<-done
 			f.mu.Lock()
 			continue // look again: the copy may be going
@@ -135,6 +140,37 @@ func (f *Follower) attach(h Hello, c net.Conn) (*replica, chan struct{}, error) 
 		r.stream, r.done = c, done
 		f.mu.Unlock()
 		return r, done, nil
+	}
+}
+
+// openLog opens a copy's log. A copy created here, empty, is marked as
+// catching up first (seal.go): it is no witness until it holds what the
+// owner had when it first followed.
+func (f *Follower) openLog(id CopyID, interval time.Duration) (*wal.Log, error) {
+	dir := f.copyDir(id)
+	if _, err := f.opts.FS.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		if err := MarkCatchUp(f.opts.FS, dir, catchUpUnknown); err != nil {
+			return nil, fmt.Errorf("mark new replica %s: %w", id, err)
+		}
+	}
+	// No tail cache: nothing reads a copy while it follows (a recovery
+	// reads it once), and a node may follow many partitions.
+	return wal.Open(dir, wal.Options{FS: f.opts.FS, SegmentSize: f.opts.SegmentSize,
+		TailCacheBytes: -1, BackgroundSyncInterval: interval,
+		Logger: f.opts.Logger.With("replica", replicaKey(id.Queue, id.Partition))})
+}
+
+// waitHeldLocked ends the stream or seal holding r and waits for it to
+// let go. f.mu is held, and released while waiting.
+func (f *Follower) waitHeldLocked(r *replica) {
+	for r.done != nil {
+		old, done := r.stream, r.done
+		f.mu.Unlock()
+		if old != nil {
+			old.Close()
+		}
+		<-done
+		f.mu.Lock()
 	}
 }
 
@@ -164,13 +200,7 @@ func (f *Follower) remove(r *replica) error {
 	f.wg.Add(1)
 	defer f.wg.Done()
 	r.removing = make(chan struct{})
-	for r.stream != nil {
-		old, done := r.stream, r.done
-		f.mu.Unlock()
-		old.Close()
-		<-done
-		f.mu.Lock()
-	}
+	f.waitHeldLocked(r)
 	f.mu.Unlock()
 	cerr := r.log.Close()
 	rerr := f.removeDir(r.id)

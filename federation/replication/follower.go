@@ -159,8 +159,7 @@ func (f *Follower) Serve(c net.Conn) {
 		w.send(Refuse{Reason: fmt.Sprintf("stale epoch %d: the copy is sealed at %d", h.Epoch, ep)})
 		return
 	}
-	log := r.log
-	if err := f.startAtHead(log, h); err != nil {
+	if err := f.startAtHead(r.log, h); err != nil {
 		f.opts.Logger.Error("replica cannot follow", "queue", h.Queue, "partition", h.Partition, "err", err)
 		w.send(Refuse{Reason: err.Error()})
 		return
@@ -169,6 +168,14 @@ func (f *Follower) Serve(c net.Conn) {
 		f.opts.Logger.Error("replica cannot follow", "queue", h.Queue, "partition", h.Partition, "err", err)
 		w.send(Refuse{Reason: err.Error()})
 		return
+	}
+	log := r.log // adoptHistory may have cut it back and reopened it
+	dir := f.copyDir(r.id)
+	if to, ok, err := catchUpTarget(f.opts.FS, dir); err == nil && ok && to == catchUpUnknown {
+		if err := MarkCatchUp(f.opts.FS, dir, h.End); err != nil {
+			w.send(Refuse{Reason: err.Error()})
+			return
+		}
 	}
 	hello := Position{Written: log.WrittenNext(), Durable: log.DurableNext()}
 	if err := w.send(hello); err != nil {
@@ -180,8 +187,8 @@ func (f *Follower) Serve(c net.Conn) {
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() { defer wg.Done(); f.checkAppends(c, w, completions, &pullOwed) }()
-	go func() { defer wg.Done(); f.watch(ctx, w, log, hello, false) }()
-	go func() { defer wg.Done(); f.watch(ctx, w, log, hello, true) }()
+	go func() { defer wg.Done(); f.watch(ctx, w, log, hello, false, "") }()
+	go func() { defer wg.Done(); f.watch(ctx, w, log, hello, true, dir) }()
 	// On return: no more appends, stop the watcher, wait for both.
 	defer wg.Wait()
 	defer cancel()
@@ -273,11 +280,10 @@ func splitBatch(entries []wal.Entry, limit int64) [][]wal.Entry {
 }
 
 // ErrDiverged refuses a stream whose owner's log does not hold the copy's
-// records: the copy holds records of an owner instance past where the
-// owner's history ends that instance (the owner came back shorter after a
-// power cut and wrote new records there). The copy's position is not
-// reported, so the owner's gate never counts it; deciding which history
-// the cluster keeps is recovery's.
+// records when the owner's epoch is not above the copy's last record's:
+// the copy holds records of an owner instance past where the owner's
+// history ends that instance. The copy's position is not reported, so the
+// owner's gate never counts it.
 var ErrDiverged = errors.New("replication: copy diverged from the owner's log")
 
 // adoptHistory checks, before the copy's position is reported, that the
@@ -285,6 +291,14 @@ var ErrDiverged = errors.New("replication: copy diverged from the owner's log")
 // it, and records that the records it takes from here on are the owner's
 // (history.go). The history is saved, synced, before any of them is
 // appended.
+//
+// A copy that diverges from an owner of a newer epoch than its last
+// record is cut back to where it diverges (crash safe, wal.CutBack) and
+// catches up from there: the control state installed that owner at that
+// epoch from the best history of the sealed witnesses, which holds every
+// confirmed record, so what the copy holds past it was never confirmed.
+// (Raft's followers drop a conflicting suffix the same way; Kafka's
+// truncate to the end of the last epoch they share with the new leader.)
 func (f *Follower) adoptHistory(r *replica, h Hello) error {
 	dir := f.copyDir(r.id)
 	have, err := LoadHistory(f.opts.FS, dir)
@@ -294,8 +308,19 @@ func (f *Follower) adoptHistory(r *replica, h Hello) error {
 	start, end := r.log.Head(), r.log.WrittenNext()
 	owner := h.History.Start(0)
 	if at := ConsistentEnd(have, start, end, owner); at < end {
-		return fmt.Errorf("%w at offset %d: the copy holds %d records there that the owner's log does not",
-			ErrDiverged, at, end-at)
+		if last := have.Start(start).LastEpoch(end); h.Epoch <= last {
+			return fmt.Errorf("%w at offset %d: the copy holds %d records there that the owner's log does not",
+				ErrDiverged, at, end-at)
+		}
+		f.opts.Logger.Warn("replica diverged from the new owner's log; cutting it back", "queue", h.Queue,
+			"partition", h.Partition, "owner", h.Owner, "epoch", h.Epoch, "at", at, "dropped", end-at)
+		if err := f.cutBack(r, at); err != nil {
+			return fmt.Errorf("cut the diverged replica back to %d: %w", at, err)
+		}
+		start, end = r.log.Head(), r.log.WrittenNext()
+		if end > at {
+			return fmt.Errorf("the replica ends at %d after its cut back to %d", end, at)
+		}
 	}
 	adopted := have.Start(start).Adopt(owner, end)
 	if slices.Equal(adopted, have) {
@@ -361,7 +386,10 @@ func (f *Follower) checkAppends(c net.Conn, w *frameWriter, appends <-chan pendi
 // durable one when durable is set, else the written one): written as soon
 // as records reach the operating system, durable when a sync completes,
 // each in its own field, whatever the queue's mode.
-func (f *Follower) watch(ctx context.Context, w *frameWriter, log *wal.Log, sent Position, durable bool) {
+//
+// The durable watcher also clears a catch-up marker in catchUpDir once the
+// copy is durable as far as it says (seal.go).
+func (f *Follower) watch(ctx context.Context, w *frameWriter, log *wal.Log, sent Position, durable bool, catchUpDir string) {
 	pick := func(p Position) uint64 {
 		if durable {
 			return p.Durable
@@ -380,6 +408,13 @@ func (f *Follower) watch(ctx context.Context, w *frameWriter, log *wal.Log, sent
 			return
 		}
 		p := Position{Written: log.WrittenNext(), Durable: log.DurableNext()}
+		if catchUpDir != "" {
+			if done, err := caughtUp(f.opts.FS, catchUpDir, p.Durable); err != nil {
+				f.opts.Logger.Warn("replica's catch-up marker not cleared", "dir", catchUpDir, "err", err)
+			} else if done {
+				catchUpDir = ""
+			}
+		}
 		if err := w.send(p); err != nil {
 			return
 		}

@@ -23,16 +23,23 @@ import (
 // wrote it; a copy holding records of an instance past where the owner's
 // history ends that instance has diverged there.
 //
+// Each interval also names the epoch its instance owned the partition in
+// (0 until the instance is installed: an instance writes nothing before),
+// so a recovery can compare copies by the epoch of their last record.
+//
 // On disk (HistoryFile), little endian:
 //
-//	u32 crc32c of the rest | u32 n | n × (u64 instance | u64 from)
+//	u32 crc32c of the rest | u32 n | n × (u64 instance | u64 from | u64 epoch)
+//
+// A file of 16-byte intervals (instance | from) is read as epoch 0.
 type History []Interval
 
 // Interval is one instance's run: it wrote the offsets from From up to
-// the next interval's From (the last one up to the log's end).
+// the next interval's From (the last one up to the log's end), in Epoch.
 type Interval struct {
 	Instance uint64
 	From     uint64
+	Epoch    uint64
 }
 
 // HistoryFile is a history's file name, in the directory it describes.
@@ -64,6 +71,29 @@ func (h History) Begin(instance, from uint64) History {
 		i++
 	}
 	return append(slices.Clone(h[:i]), Interval{Instance: instance, From: from})
+}
+
+// Installed returns h with its last instance owning the partition at
+// epoch: the records it writes from now on are epoch's.
+func (h History) Installed(epoch uint64) History {
+	h = slices.Clone(h)
+	if len(h) > 0 {
+		h[len(h)-1].Epoch = epoch
+	}
+	return h
+}
+
+// LastEpoch is the epoch of the record before end: the epoch of the
+// interval holding offset end-1, 0 for an empty log.
+func (h History) LastEpoch(end uint64) uint64 {
+	var e uint64
+	for _, iv := range h {
+		if iv.From >= end {
+			break
+		}
+		e = iv.Epoch
+	}
+	return e
 }
 
 // Adopt returns a copy's history once it takes the owner's records from
@@ -134,11 +164,12 @@ func (h History) span(instance uint64) (from, to uint64, ok bool) {
 
 // encode is the history file's content.
 func (h History) encode() []byte {
-	b := make([]byte, 8, 8+16*len(h))
+	b := make([]byte, 8, 8+24*len(h))
 	binary.LittleEndian.PutUint32(b[4:], uint32(len(h)))
 	for _, iv := range h {
 		b = binary.LittleEndian.AppendUint64(b, iv.Instance)
 		b = binary.LittleEndian.AppendUint64(b, iv.From)
+		b = binary.LittleEndian.AppendUint64(b, iv.Epoch)
 	}
 	binary.LittleEndian.PutUint32(b, crc32.Checksum(b[4:], historyCRC))
 	return b
@@ -149,13 +180,21 @@ func decodeHistory(b []byte) (History, error) {
 		return nil, fmt.Errorf("%w: checksum", ErrHistory)
 	}
 	n := binary.LittleEndian.Uint32(b[4:])
-	if uint64(len(b)-8) != 16*uint64(n) {
+	size := uint64(24) // instance | from | epoch; 16 in files written before epochs
+	switch uint64(len(b) - 8) {
+	case 24 * uint64(n):
+	case 16 * uint64(n):
+		size = 16
+	default:
 		return nil, fmt.Errorf("%w: %d intervals in %d bytes", ErrHistory, n, len(b)-8)
 	}
 	h := make(History, n)
 	for i := range h {
-		p := b[8+16*i:]
+		p := b[8+size*uint64(i):]
 		h[i] = Interval{Instance: binary.LittleEndian.Uint64(p), From: binary.LittleEndian.Uint64(p[8:])}
+		if size == 24 {
+			h[i].Epoch = binary.LittleEndian.Uint64(p[16:])
+		}
 		if i > 0 && h[i].From < h[i-1].From {
 			return nil, fmt.Errorf("%w: interval %d starts before the one before it", ErrHistory, i)
 		}

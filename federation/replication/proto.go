@@ -38,7 +38,11 @@ type Hello struct {
 	Partition   uint32
 	// Head is the lowest offset the owner's log still holds; the sender
 	// fills it in at each connection.
-	Head  uint64
+	Head uint64
+	// End is the owner's written end when the stream opened: a copy
+	// created empty catches up to it before it counts as a witness in a
+	// recovery (copies.go).
+	End   uint64
 	Queue string
 	Owner string
 	// History is the owner's log's history (history.go); its last
@@ -106,12 +110,14 @@ func appendFrame(b []byte, f Frame) []byte {
 		b = append(b, byte(f.Durability))
 		b = binary.LittleEndian.AppendUint32(b, f.Partition)
 		b = binary.LittleEndian.AppendUint64(b, f.Head)
+		b = binary.LittleEndian.AppendUint64(b, f.End)
 		b = appendBytes(b, []byte(f.Queue))
 		b = appendBytes(b, []byte(f.Owner))
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(f.History)))
 		for _, iv := range f.History {
 			b = binary.LittleEndian.AppendUint64(b, iv.Instance)
 			b = binary.LittleEndian.AppendUint64(b, iv.From)
+			b = binary.LittleEndian.AppendUint64(b, iv.Epoch)
 		}
 	case Position:
 		b = binary.LittleEndian.AppendUint64(b, f.Written)
@@ -171,7 +177,7 @@ func decodeFrame(body []byte) (Frame, error) {
 	switch body[0] {
 	case typeHello:
 		f = Hello{Epoch: d.u64(), Incarnation: d.u64(), Durability: appliance.Durability(d.u8()), Partition: d.u32(), Head: d.u64(),
-			Queue: string(d.bytes()), Owner: string(d.bytes()), History: d.history()}
+			End: d.u64(), Queue: string(d.bytes()), Owner: string(d.bytes()), History: d.history()}
 	case typePosition:
 		f = Position{Written: d.u64(), Durable: d.u64()}
 	case typeBatch:
@@ -246,21 +252,15 @@ func (d *decoder) u64() uint64 {
 
 // history reads a u32 count of (u64 instance, u64 from) intervals, each
 // starting no lower than the one before.
-//
-// A Hello from an owner of an older version ends before it: its history
-// is empty (its records are the legacy instance's).
 func (d *decoder) history() History {
-	if !d.err && len(d.b) == 0 {
-		return nil
-	}
 	n := d.u32()
-	if d.err || uint64(n)*16 > uint64(len(d.b)) {
+	if d.err || uint64(n)*24 > uint64(len(d.b)) {
 		d.err = true
 		return nil
 	}
 	var h History
 	for range n {
-		iv := Interval{Instance: d.u64(), From: d.u64()}
+		iv := Interval{Instance: d.u64(), From: d.u64(), Epoch: d.u64()}
 		if len(h) > 0 && iv.From < h[len(h)-1].From {
 			d.err = true
 			return nil

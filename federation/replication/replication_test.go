@@ -192,7 +192,7 @@ func TestGateCounts(t *testing.T) {
 
 func FuzzDecodeFrame(f *testing.F) {
 	for _, fr := range []Frame{Hello{Epoch: 3, Incarnation: 17, Durability: 1, Partition: 2, Head: 40, Queue: "q", Owner: "n1"},
-		Hello{Epoch: 3, Queue: "q", Owner: "n1", History: History{{0, 0}, {7, 40}, {9, 60}}},
+		Hello{Epoch: 3, Queue: "q", Owner: "n1", History: History{{0, 0, 0}, {7, 40, 2}, {9, 60, 3}}, End: 77},
 		Position{Written: 9, Durable: 4}, Batch{First: 7, CatchUp: true, Records: []Record{{1, []byte("x")}, {2, nil}}},
 		Batch{First: 8, Records: []Record{{3, []byte("y")}}}, Refuse{Reason: "no"}, Pull{From: 11, Max: 1 << 20}, Head{Offset: 12}} {
 		f.Add(appendFrame(nil, fr))

@@ -25,7 +25,7 @@ const (
 
 // SenderOptions configure one owner-to-follower stream.
 type SenderOptions struct {
-	// Hello opens each connection; its Head is filled in from Log.
+	// Hello opens each connection; its Head and End are filled in from Log.
 	Hello Hello
 	// Follower is the follower's id, as the gate knows it.
 	Follower string
@@ -145,7 +145,7 @@ func (s *Sender) stream(ctx context.Context) error {
 	defer c.Close()
 	w := bufio.NewWriterSize(c, 64<<10)
 	hello := s.o.Hello
-	hello.Head = s.o.Log.Head()
+	hello.Head, hello.End = s.o.Log.Head(), s.o.Log.WrittenNext()
 	if _, err := w.Write(appendFrame(nil, hello)); err != nil {
 		return err
 	}

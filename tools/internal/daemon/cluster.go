@@ -36,6 +36,9 @@ type ClusterConfig struct {
 	// setting once this node reaches a leader; unset leaves the setting
 	// as the cluster has it (PUT /api/cluster/settings changes it live).
 	DefaultPolicy string `toml:"default_policy" help:"policy (and so mode) of queues declared with neither, cluster-wide, e.g. replica_buffered:2; empty: durable on a majority"`
+	// FailoverTimeout is how long a queue's owner may stay unreachable
+	// from the leader before its queues fail over; default 3s.
+	FailoverTimeout Duration `toml:"failover_timeout" help:"how long a queue's owner may stay unreachable before its queues fail over (200ms to 10m; default 3s)"`
 }
 
 // Enabled reports whether the node is a cluster member.
@@ -115,6 +118,9 @@ func (c Config) clusterProblems() []Problem {
 			bad("cluster.default_policy", "%v", err)
 		}
 	}
+	if ft := time.Duration(cl.FailoverTimeout); ft != 0 && (ft < 200*time.Millisecond || ft > 10*time.Minute) {
+		bad("cluster.failover_timeout", "%v: want 200ms to 10m", ft)
+	}
 	if cl.Bootstrap && cl.NonVoter {
 		bad("cluster.bootstrap", "a non-voter cannot bootstrap the cluster")
 	}
@@ -181,6 +187,7 @@ func openCluster(cfg Config, clientAddr string, log *slog.Logger) (*federation.C
 		ReplicaDir:         filepath.Join(cfg.Storage.DataDir, "replicas"),
 		ReplicaSegmentSize: int64(cfg.Storage.SegmentSize),
 		Forward:            forwardOptions(cfg, cliTLS),
+		FailoverTimeout:    time.Duration(cl.FailoverTimeout),
 	})
 	if err != nil {
 		return nil, err

@@ -100,7 +100,7 @@ func TestValidate(t *testing.T) {
 
 func TestSetEveryKey(t *testing.T) {
 	keys := Keys()
-	if len(keys) != 28 {
+	if len(keys) != 29 {
 		t.Fatalf("%d keys: %v", len(keys), keys)
 	}
 	values := map[string]string{
@@ -112,6 +112,7 @@ func TestSetEveryKey(t *testing.T) {
 		"cluster.node_id": "n1", "cluster.listen": "127.0.0.1:7422", "cluster.advertise": "10.0.0.1:7422",
 		"cluster.peers": "n2@10.0.0.2:7422, n3@10.0.0.3:7422", "cluster.bootstrap": "true", "cluster.non_voter": "false",
 		"cluster.tls_cert": "c.pem", "cluster.tls_key": "k.pem", "cluster.tls_ca": "ca.pem", "cluster.default_policy": "replica_buffered:2", "cluster.insecure": "true",
+		"cluster.failover_timeout": "1500ms",
 	}
 	var c Config
 	for _, k := range keys {
@@ -135,7 +136,8 @@ func TestSetEveryKey(t *testing.T) {
 		Log: LogConfig{Level: "debug", Format: "json"},
 		Cluster: ClusterConfig{NodeID: "n1", Listen: "127.0.0.1:7422", Advertise: "10.0.0.1:7422",
 			Peers: []string{"n2@10.0.0.2:7422", "n3@10.0.0.3:7422"}, Bootstrap: true,
-			TLSCert: "c.pem", TLSKey: "k.pem", TLSCA: "ca.pem", DefaultPolicy: "replica_buffered:2", Insecure: true},
+			TLSCert: "c.pem", TLSKey: "k.pem", TLSCA: "ca.pem", DefaultPolicy: "replica_buffered:2", Insecure: true,
+			FailoverTimeout: Duration(1500 * time.Millisecond)},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("after Set\n got %+v\nwant %+v", c, want)

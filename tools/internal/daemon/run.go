@@ -66,15 +66,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	var cluster *federation.Cluster
 	var replication appliance.Replication
+	var logDir func(string, int) string
 	if cfg.Cluster.Enabled() {
 		if cluster, err = openCluster(cfg, ln.Addr().String(), log); err != nil {
 			_ = ln.Close()
 			return err
 		}
-		replication = cluster
+		replication, logDir = cluster, cluster.LogDir
 	}
 	b, err := appliance.Open(appliance.Options{
 		Replication:     replication,
+		LogDir:          logDir,
 		FS:              storageFS(),
 		Observer:        metrics,
 		DataDir:         cfg.Storage.DataDir,

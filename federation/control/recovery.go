@@ -1,0 +1,202 @@
+package control
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/fibril-edge/fibril/appliance"
+)
+
+// Failover of a queue through the control log (docs/decisions.md, "Failover
+// and written-set recovery"). A queue's partitions share an owner, so a
+// queue recovers as one:
+//
+//  1. OpRecover, proposed by the leader when the owner has not answered
+//     for the failover timeout (or by a restarted owner, which never
+//     resumes writing at its old end), moves every partition of the queue
+//     from epoch e to e+1 and marks it sealing. From then on the control
+//     state lets no stream of epoch e in, and no owner serves the queue.
+//  2. Every live copy (the old owner's too) seals at e+1: it fences the
+//     old epoch, syncs what it has written, and reports its durable end
+//     and the epoch of its last record with OpSeal, one report per node
+//     covering the queue's partitions. A copy that may lack records it
+//     once held (created empty after the queue had records, not yet
+//     caught up) reports as no witness.
+//  3. Once E-W+1 witnesses of every partition have sealed (E the copies,
+//     W the policy's count), every written set of epoch e meets the
+//     sealed set, so every confirmed record is on a sealed witness. The
+//     witness with the best history in every partition (epoch of the last
+//     record, then end) becomes the owner at e+1; the other copies follow
+//     it and cut back to where they diverge from it.
+//
+// W is never lowered to get there: with too few live witnesses the queue
+// stays sealing, and its status says how many it has and needs.
+
+// Seal is one node's report for a partition it holds a copy of.
+type Seal struct {
+	Node string `json:"node"`
+	// End is the copy's durable end after the seal's sync: one past its
+	// last record.
+	End uint64 `json:"end"`
+	// LastEpoch is the epoch its last record was written in.
+	LastEpoch uint64 `json:"last_epoch"`
+	// Witness: the copy holds every record it ever acknowledged. A copy
+	// created empty after the queue had records (a wiped data directory,
+	// a new follower) is no witness until it has caught up.
+	Witness bool `json:"witness"`
+}
+
+// Failover records a queue's latest recovery: who owned it, who owns it
+// now, when it started and when the new owner was installed (unix
+// nanoseconds, as the proposer's clock read them).
+type Failover struct {
+	Epoch       uint64 `json:"epoch"`
+	From        string `json:"from"`
+	To          string `json:"to,omitempty"`
+	Reason      string `json:"reason"`
+	StartedAt   int64  `json:"started_at"`
+	InstalledAt int64  `json:"installed_at,omitempty"`
+}
+
+// Recover is OpRecover's argument: leave epoch Epoch of queue Queue.
+type Recover struct {
+	Queue  string `json:"queue"`
+	Epoch  uint64 `json:"epoch"`
+	Reason string `json:"reason"`
+	At     int64  `json:"at"`
+}
+
+// SealReport is OpSeal's argument: one node's seals of a queue's
+// partitions at Epoch, in partition order.
+type SealReport struct {
+	Queue string `json:"queue"`
+	Epoch uint64 `json:"epoch"`
+	Node  string `json:"node"`
+	Seals []Seal `json:"seals"`
+	At    int64  `json:"at"`
+}
+
+// Copies is the partition's copies, owner first.
+func (a Assignment) Copies() []string { return append([]string{a.Owner}, a.Followers...) }
+
+// SealsNeeded is E-W+1: the witnesses that must seal before the epoch is
+// installed.
+func (a Assignment) SealsNeeded() int {
+	e := a.Replicas()
+	return max(e-a.Policy.Required(e)+1, 1)
+}
+
+// Witnesses counts the witness seals a partition has.
+func (a Assignment) Witnesses() int {
+	n := 0
+	for _, s := range a.Seals {
+		if s.Witness {
+			n++
+		}
+	}
+	return n
+}
+
+// recover starts a recovery of r.Queue at r.Epoch+1. It is a no-op when
+// the queue is past r.Epoch already (another proposer was first) and when
+// it is sealing at r.Epoch+1.
+func (s *State) recover(r Recover) error {
+	as, ok := s.Assignments[r.Queue]
+	if !ok || len(as) == 0 {
+		return fmt.Errorf("%w: %s", ErrUnknownQueue, r.Queue)
+	}
+	if as[0].Epoch != r.Epoch {
+		return nil
+	}
+	for i := range as {
+		a := &as[i]
+		a.Epoch++
+		a.Sealing = true
+		a.Seals = nil
+	}
+	q := s.Queues[r.Queue]
+	q.LastFailover = &Failover{Epoch: as[0].Epoch, From: as[0].Owner, Reason: r.Reason, StartedAt: r.At}
+	s.Queues[r.Queue] = q
+	return nil
+}
+
+// seal records one node's seals, and installs the epoch once enough
+// witnesses of every partition sealed. A report for another epoch, from a
+// node holding no copy, or repeated, changes nothing.
+func (s *State) seal(r SealReport) error {
+	as, ok := s.Assignments[r.Queue]
+	if !ok || len(as) == 0 {
+		return fmt.Errorf("%w: %s", ErrUnknownQueue, r.Queue)
+	}
+	if len(r.Seals) != len(as) {
+		return fmt.Errorf("%w: %d seals for %d partitions of %s", appliance.ErrInvalid, len(r.Seals), len(as), r.Queue)
+	}
+	if !as[0].Sealing || as[0].Epoch != r.Epoch || !slices.Contains(as[0].Copies(), r.Node) {
+		return nil
+	}
+	for i := range as {
+		a := &as[i]
+		if slices.ContainsFunc(a.Seals, func(x Seal) bool { return x.Node == r.Node }) {
+			return nil
+		}
+		sl := r.Seals[i]
+		sl.Node = r.Node
+		a.Seals = append(a.Seals, sl)
+	}
+	for _, a := range as {
+		if a.Witnesses() < a.SealsNeeded() {
+			return nil
+		}
+	}
+	winner, ok := pickOwner(as)
+	if !ok {
+		return nil // no witness is best in every partition: wait for more seals
+	}
+	for i := range as {
+		a := &as[i]
+		var followers []string
+		for _, n := range a.Copies() {
+			if n != winner {
+				followers = append(followers, n)
+			}
+		}
+		a.Owner, a.Followers, a.Sealing = winner, followers, false
+	}
+	q := s.Queues[r.Queue]
+	if q.LastFailover != nil {
+		f := *q.LastFailover
+		f.To, f.InstalledAt = winner, r.At
+		q.LastFailover = &f
+	}
+	s.Queues[r.Queue] = q
+	return nil
+}
+
+// pickOwner is the witness whose copy is best in every partition: the
+// latest epoch of its last record, then the longest (Raft's comparison of
+// logs). Among equals the old owner stays, then the lowest node id.
+func pickOwner(as []Assignment) (string, bool) {
+	better := func(x, y Seal) int { return cmp.Or(cmp.Compare(x.LastEpoch, y.LastEpoch), cmp.Compare(x.End, y.End)) }
+	candidates := slices.Clone(as[0].Copies())
+	slices.SortStableFunc(candidates[1:], cmp.Compare) // the old owner first, then by id
+	for _, n := range candidates {
+		best := true
+		for _, a := range as {
+			i := slices.IndexFunc(a.Seals, func(x Seal) bool { return x.Node == n })
+			if i < 0 || !a.Seals[i].Witness {
+				best = false
+				break
+			}
+			for _, o := range a.Seals {
+				if o.Witness && better(o, a.Seals[i]) > 0 {
+					best = false
+				}
+			}
+		}
+		if best {
+			return n, true
+		}
+	}
+	return "", false
+}

@@ -1,0 +1,410 @@
+package federation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/federation/control"
+	"github.com/fibril-edge/fibril/federation/replication"
+)
+
+// Failover on a node (docs/decisions.md, "Failover and written-set
+// recovery"; the control state's half is control/recovery.go):
+//
+//   - watchOwners, on the leader only, pings every member's cluster port
+//     and proposes a recovery of each queue whose owner has not answered
+//     for FailoverTimeout. One missed ping is not a failure: the owner
+//     must stay silent for the whole timeout, and a new leader gives
+//     every member a full timeout before it judges.
+//   - An owner whose log was reopened (a restart, or the broker reopened
+//     the queue) is a new instance: it never writes at its old end. Its
+//     partition asks for a recovery instead (askRecovery), and takes part
+//     in it as one copy among the others.
+//   - recoverQueues, on every node, seals this node's copies of each
+//     queue a recovery is installing (an owned queue is closed in the
+//     broker first, so it stops writing), reports the seals, and, when
+//     the control state installs this node as the owner, hands its copies
+//     to the broker, which opens them as the owner's logs. A queue this
+//     node served and no longer owns is closed in the broker; its logs
+//     stay, as the copies a new owner's streams feed.
+//
+// A node's logs of a partition, owned or followed, live in one directory
+// (logDir), so changing roles moves no file.
+
+// DefaultFailoverTimeout is how long an owner may stay unreachable from
+// the leader before its queues fail over.
+const DefaultFailoverTimeout = 3 * time.Second
+
+// recoveryWait bounds how long a publish or a subscription arriving
+// during a recovery waits for the new owner.
+const recoveryWait = 15 * time.Second
+
+// failover is a node's recovery bookkeeping; its mutex guards the maps.
+type failover struct {
+	mu sync.Mutex
+	// sealed: the epoch this process sealed (and reported) each queue at.
+	sealed map[string]uint64
+	// installs: the epoch this node may serve each queue at: one it won a
+	// recovery of, or the first epoch of a queue it saw declared.
+	installs map[string]uint64
+	// asked: the epoch a recovery was asked to leave, per queue.
+	asked map[string]uint64
+	// serving: the queues the local broker serves; served closes and is
+	// replaced whenever that changes.
+	serving map[string]bool
+	served  chan struct{}
+}
+
+func newFailover() *failover {
+	return &failover{sealed: map[string]uint64{}, installs: map[string]uint64{}, asked: map[string]uint64{},
+		serving: map[string]bool{}, served: make(chan struct{})}
+}
+
+func (f *failover) sealedAt(queue string) uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sealed[queue]
+}
+
+func (f *failover) setServing(queue string, on bool) {
+	f.mu.Lock()
+	if on {
+		f.serving[queue] = true
+	} else {
+		delete(f.serving, queue)
+	}
+	close(f.served)
+	f.served = make(chan struct{})
+	f.mu.Unlock()
+}
+
+func (f *failover) servedCh() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.served
+}
+
+// logDir is where this node keeps its log of a queue's partition, owned
+// or followed: the store of copies' directory for the queue's
+// incarnation. Before the control state knows the queue (a restart) the
+// newest incarnation on disk is the one.
+func (c *Cluster) logDir(queue string, partition int) string {
+	var inc uint64
+	c.node.read(func(s *control.State) { inc = s.Queues[queue].Incarnation })
+	if inc == 0 {
+		ids, _ := c.follower.Copies()
+		for _, id := range ids {
+			if id.Queue == queue && id.Partition == partition {
+				inc = max(inc, id.Incarnation)
+			}
+		}
+	}
+	return c.replicaFS.PathJoin(c.replicaDir, queue, strconv.FormatUint(inc, 10), strconv.Itoa(partition))
+}
+
+// mayServe says whether this node may open queue as its owner now, and
+// records the epoch it does so at: a recovery installed this node (it
+// sealed at that epoch and won), or the queue is new and this node saw
+// it declared.
+func (c *Cluster) mayServe(st *control.State, name string) bool {
+	as := st.Assignments[name]
+	if len(as) == 0 || as[0].Sealing || as[0].Owner != c.node.opts.ID {
+		return false
+	}
+	a, q := as[0], st.Queues[name]
+	f := c.fo
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.installs[name] == a.Epoch {
+		return true
+	}
+	if q.LastFailover == nil && a.Epoch == 1 && c.node.Fresh(q.Incarnation) {
+		f.installs[name] = a.Epoch
+		return true
+	}
+	return false
+}
+
+// installedAt reports whether this node may write queue at epoch.
+func (c *Cluster) installedAt(queue string, epoch uint64) bool {
+	c.fo.mu.Lock()
+	defer c.fo.mu.Unlock()
+	return c.fo.installs[queue] == epoch
+}
+
+// askRecovery proposes, in the background, that queue leave epoch. It
+// is asked once per epoch; the control state ignores it once the queue
+// has moved on.
+func (c *Cluster) askRecovery(queue string, epoch uint64, reason string) {
+	c.fo.mu.Lock()
+	if c.fo.asked[queue] >= epoch {
+		c.fo.mu.Unlock()
+		return
+	}
+	c.fo.asked[queue] = epoch
+	c.fo.mu.Unlock()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		select {
+		case <-c.node.Replayed():
+		case <-c.stop:
+			return
+		}
+		c.proposeRecovery(queue, epoch, reason)
+	}()
+}
+
+// proposeRecovery proposes that queue leave epoch, retrying while no
+// leader is known, until it succeeds, the queue moves past epoch, or the
+// node closes.
+func (c *Cluster) proposeRecovery(queue string, epoch uint64, reason string) {
+	delay := 50 * time.Millisecond
+	for {
+		current := false
+		c.node.read(func(s *control.State) {
+			as := s.Assignments[queue]
+			current = len(as) > 0 && as[0].Epoch == epoch && !as[0].Sealing
+		})
+		if !current {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		r := c.node.propose(ctx, control.Command{Op: control.OpRecover,
+			Recover: &control.Recover{Queue: queue, Epoch: epoch, Reason: reason, At: time.Now().UnixNano()}})
+		cancel()
+		if r.Err == nil {
+			c.log.Warn("queue recovery started", "queue", queue, "from_epoch", epoch, "reason", reason)
+			return
+		}
+		if errors.Is(r.Err, control.ErrUnknownQueue) {
+			return
+		}
+		select {
+		case <-c.stop:
+			return
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+// recoverQueues seals, installs and releases this node's queues as the
+// control state's recoveries go, from the replayed state on, until Close.
+// A step that fails is tried again at the next change or a second later.
+func (c *Cluster) recoverQueues() {
+	defer c.wg.Done()
+	select {
+	case <-c.node.Replayed():
+	case <-c.stop:
+		return
+	}
+	me := c.node.opts.ID
+	for {
+		changed := c.node.Changed()
+		st := c.node.State()
+		failed := false
+		for _, name := range slices.Sorted(maps.Keys(st.Assignments)) {
+			as := st.Assignments[name]
+			if len(as) == 0 {
+				continue
+			}
+			a := as[0]
+			var err error
+			switch {
+			case !slices.Contains(a.Copies(), me):
+			case a.Sealing && c.fo.sealedAt(name) < a.Epoch:
+				err = c.sealQueue(st, name)
+			case a.Sealing:
+			case a.Owner == me && c.fo.sealedAt(name) == a.Epoch && !c.installedAt(name, a.Epoch):
+				err = c.install(st, name)
+			case a.Owner != me:
+				err = c.releaseLocal(name, "the queue is owned by "+a.Owner)
+			}
+			if err != nil {
+				failed = true
+				c.log.Error("queue recovery step failed; retrying", "queue", name, "epoch", a.Epoch, "err", err)
+			}
+		}
+		var retry <-chan time.Time
+		if failed {
+			retry = time.After(time.Second)
+		}
+		select {
+		case <-changed:
+		case <-retry:
+		case <-c.stop:
+			return
+		}
+	}
+}
+
+// sealQueue seals this node's copies of a queue a recovery is installing
+// and reports them. An owned queue is closed in the broker first: from
+// then on this node writes nothing of it.
+func (c *Cluster) sealQueue(st *control.State, name string) error {
+	as := st.Assignments[name]
+	epoch := as[0].Epoch
+	if err := c.releaseLocal(name, fmt.Sprintf("recovery at epoch %d", epoch)); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	seals := make([]control.Seal, len(as))
+	for i, a := range as {
+		res, err := c.follower.Seal(ctx, replication.CopyID{Queue: name, Incarnation: a.Incarnation, Partition: i}, epoch)
+		if err != nil {
+			return err
+		}
+		seals[i] = control.Seal{End: res.End, LastEpoch: res.LastEpoch, Witness: res.Witness && !res.NoCopy}
+	}
+	r := c.node.propose(ctx, control.Command{Op: control.OpSeal, Seal: &control.SealReport{
+		Queue: name, Epoch: epoch, Node: c.node.opts.ID, Seals: seals, At: time.Now().UnixNano()}})
+	if r.Err != nil {
+		return fmt.Errorf("report seals: %w", r.Err)
+	}
+	c.fo.mu.Lock()
+	c.fo.sealed[name] = epoch
+	c.fo.mu.Unlock()
+	c.log.Info("queue sealed for recovery", "queue", name, "epoch", epoch, "seals", seals)
+	return nil
+}
+
+// install makes this node the queue's owner at the epoch a recovery
+// installed it in: its copies are handed to the broker, which opens them
+// as the owner's logs and serves them once enough copies hold them.
+func (c *Cluster) install(st *control.State, name string) error {
+	as := st.Assignments[name]
+	for i := range as {
+		if err := c.follower.Release(name, i); err != nil {
+			return fmt.Errorf("hand copy %s/%d to the broker: %w", name, i, err)
+		}
+	}
+	c.fo.mu.Lock()
+	c.fo.installs[name] = as[0].Epoch
+	c.fo.mu.Unlock()
+	// The newest state: serve ignores one older than a state it acted on.
+	if err := c.serve(c.node.State(), name); err != nil {
+		return err
+	}
+	c.log.Warn("this node now owns the queue", "queue", name, "epoch", as[0].Epoch)
+	return nil
+}
+
+// releaseLocal closes a queue in the local broker, if it serves it,
+// keeping its logs: they are this node's copies now.
+func (c *Cluster) releaseLocal(name, why string) error {
+	b := c.boundBroker()
+	if b == nil {
+		return nil
+	}
+	if _, err := b.QueueInfo(name); errors.Is(err, appliance.ErrNotFound) {
+		return nil
+	}
+	c.fenceQueue(name)
+	c.serveMu.Lock()
+	defer c.serveMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := b.DeleteQueue(ctx, name); err != nil && !errors.Is(err, appliance.ErrNotFound) {
+		return fmt.Errorf("close queue %s in the local broker: %w", name, err)
+	}
+	delete(c.declared, name)
+	c.fo.setServing(name, false)
+	c.log.Warn("stopped serving queue", "queue", name, "why", why)
+	return nil
+}
+
+// fenceQueue stops every owned partition of queue from writing.
+func (c *Cluster) fenceQueue(name string) {
+	c.mu.Lock()
+	var ops []*ownedPartition
+	for _, op := range c.owned {
+		if op.queue == name {
+			ops = append(ops, op)
+		}
+	}
+	c.mu.Unlock()
+	for _, op := range ops {
+		op.fence("the queue is recovering")
+	}
+}
+
+// watchOwners is the leader's failure detector (see above).
+func (c *Cluster) watchOwners() {
+	defer c.wg.Done()
+	timeout := c.failoverTimeout
+	tick := max(timeout/6, 10*time.Millisecond)
+	lastSeen := map[string]time.Time{}
+	leading := false
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-time.After(tick):
+		}
+		if !c.node.IsLeader() {
+			leading = false
+			continue
+		}
+		st := c.node.State()
+		now := time.Now()
+		if !leading {
+			clear(lastSeen)
+			leading = true
+		}
+		var mu sync.Mutex // guards answered
+		answered := map[string]time.Time{}
+		var wg sync.WaitGroup
+		for id, m := range st.Members {
+			if _, ok := lastSeen[id]; !ok {
+				lastSeen[id] = now // a full timeout for every member a new leader sees
+			}
+			if id == c.node.opts.ID {
+				lastSeen[id] = now
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), tick)
+				defer cancel()
+				if c.node.ping(ctx, m.ClusterAddr) == nil {
+					mu.Lock()
+					answered[id] = time.Now()
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		maps.Copy(lastSeen, answered)
+		for _, name := range slices.Sorted(maps.Keys(st.Assignments)) {
+			as := st.Assignments[name]
+			if len(as) == 0 || as[0].Sealing {
+				continue
+			}
+			a := as[0]
+			if silent := time.Since(lastSeen[a.Owner]); silent > timeout {
+				c.askRecovery(name, a.Epoch, fmt.Sprintf("owner %s unreachable for %v", a.Owner, silent.Round(time.Millisecond)))
+			}
+		}
+	}
+}
+
+// ownedWritable is nil when this node writes queue's partition.
+func (c *Cluster) ownedWritable(queue string, partition int) error {
+	c.mu.Lock()
+	op, ok := c.owned[ownedKey(queue, partition)]
+	c.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: %s/%d is not open here", appliance.ErrUnavailable, queue, partition)
+	}
+	return op.Writable()
+}
