@@ -253,7 +253,7 @@ func (p *partition) replayHeld(to uint64) {
 		return
 	}
 	held := p.heldIDs(from, to)
-	defer held.fail() // what was not applied: its retries publish anew
+	defer held.fail()  // what was not applied: its retries publish anew
 	if p.gate != nil { // the cluster may give a partition none
 		if err := p.gate.Wait(p.closing, to); err != nil {
 			return // closing: the next open replays them again

@@ -8,8 +8,8 @@ import (
 
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/internal/await"
-	"github.com/fibril-edge/fibril/wal"
 	"github.com/fibril-edge/fibril/internal/waltest"
+	"github.com/fibril-edge/fibril/wal"
 )
 
 // A buffered queue's owner loses its power: it comes back at its last

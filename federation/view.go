@@ -2,6 +2,7 @@ package federation
 
 import (
 	"sort"
+	"time"
 
 	"github.com/fibril-edge/fibril/appliance/admin"
 )
@@ -17,8 +18,19 @@ func (c *Cluster) View() admin.ClusterView {
 	sort.Slice(v.Members, func(i, j int) bool { return v.Members[i].ID < v.Members[j].ID })
 	for name, q := range st.Queues {
 		qv := admin.ClusterQueue{Name: name, Durability: q.Config.Durability.String(), Policy: q.Policy.String(), Warnings: q.Warnings}
+		if f := q.LastFailover; f != nil {
+			lf := &admin.Failover{Epoch: f.Epoch, From: f.From, To: f.To, Reason: f.Reason, StartedAt: time.Unix(0, f.StartedAt).UTC()}
+			if f.InstalledAt != 0 {
+				lf.InstalledAt = time.Unix(0, f.InstalledAt).UTC()
+				lf.DurationMs = lf.InstalledAt.Sub(lf.StartedAt).Milliseconds()
+			}
+			qv.LastFailover = lf
+		}
 		for _, a := range st.Assignments[name] {
 			pv := admin.ClusterPartition{Partition: a.Partition, Owner: a.Owner, Followers: a.Followers, Epoch: a.Epoch, Reads: a.Describe(q.Config.Durability)}
+			if a.Sealing {
+				pv.Recovering, pv.Sealed, pv.SealsNeeded = true, a.Witnesses(), a.SealsNeeded()
+			}
 			if op, g := c.ownedGate(name, a.Partition); g != nil {
 				if ceil := g.Ceiling(); ceil != ^uint64(0) { // unbounded: the owner alone suffices
 					pv.Ceiling = &ceil

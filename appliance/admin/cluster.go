@@ -145,6 +145,14 @@ var (
 	descFollowerNext     = desc("fibril_replica_follower_next",
 		"Next offset a follower of a partition this node owns reports, at the boundary written (handed to its operating system) or durable (synced).",
 		"queue", "partition", "follower", "boundary")
+	descPartitionEpoch = desc("fibril_cluster_partition_epoch",
+		"Epoch of a cluster partition's assignment: it rises at every failover.", partitionLabels...)
+	descPartitionRecovering = desc("fibril_cluster_partition_recovering",
+		"1 while a recovery is installing the partition's epoch (no owner serves it), else 0.", partitionLabels...)
+	descFailoverSeconds = desc("fibril_cluster_last_failover_seconds",
+		"How long the queue's last failover took, from its start to the new owner's install.", "queue")
+	descFailoverTime = desc("fibril_cluster_last_failover_timestamp_seconds",
+		"When the queue's last failover started (unix seconds).", "queue")
 	descReplicaCeiling = desc("fibril_replica_ceiling",
 		"Visibility ceiling of a partition this node owns: the next offset enough followers hold for its policy; nothing at or above it is delivered. Absent when the owner alone suffices.",
 		partitionLabels...)
@@ -152,7 +160,8 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c clusterCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descClusterMembers, descClusterIsLeader, descClusterHasLeader, descFollowerNext, descReplicaCeiling} {
+	for _, d := range []*prometheus.Desc{descClusterMembers, descClusterIsLeader, descClusterHasLeader, descFollowerNext, descReplicaCeiling,
+		descPartitionEpoch, descPartitionRecovering, descFailoverSeconds, descFailoverTime} {
 		ch <- d
 	}
 }
@@ -170,8 +179,16 @@ func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descClusterIsLeader, bool01(v.Leader != "" && v.Leader == v.NodeID))
 	gauge(descClusterHasLeader, bool01(v.Leader != ""))
 	for _, q := range v.Queues {
+		if f := q.LastFailover; f != nil {
+			gauge(descFailoverTime, float64(f.StartedAt.UnixNano())/1e9, q.Name)
+			if !f.InstalledAt.IsZero() {
+				gauge(descFailoverSeconds, f.InstalledAt.Sub(f.StartedAt).Seconds(), q.Name)
+			}
+		}
 		for _, p := range q.Partitions {
 			idx := strconv.Itoa(p.Partition)
+			gauge(descPartitionEpoch, float64(p.Epoch), q.Name, idx)
+			gauge(descPartitionRecovering, bool01(p.Recovering), q.Name, idx)
 			for f, pr := range p.Progress {
 				gauge(descFollowerNext, float64(pr.WrittenNext), q.Name, idx, f, "written")
 				gauge(descFollowerNext, float64(pr.DurableNext), q.Name, idx, f, "durable")

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fibril-edge/fibril/appliance"
 )
@@ -57,9 +58,12 @@ func threeNodes() ClusterView {
 							"n2": {WrittenNext: 120, DurableNext: 90},
 							"n3": {WrittenNext: 110, DurableNext: 80},
 						}},
-					{Partition: 1, Owner: "n2", Followers: []string{"n1", "n3"}, Epoch: 1, Reads: "durable on 2 of 3"},
+					{Partition: 1, Owner: "n2", Followers: []string{"n1", "n3"}, Epoch: 1, Reads: "durable on 2 of 3",
+						Recovering: true, Sealed: 1, SealsNeeded: 2},
 				}},
 			{Name: "clicks", Durability: "buffered", Policy: "replica_buffered:1",
+				LastFailover: &Failover{Epoch: 1, From: "n2", To: "n1", Reason: "owner n2 unreachable for 3s",
+					StartedAt: time.Unix(1700000000, 0).UTC(), InstalledAt: time.Unix(1700000001, 500e6).UTC(), DurationMs: 1500},
 				Partitions: []ClusterPartition{
 					{Partition: 0, Owner: "n1", Followers: []string{"n3"}, Epoch: 1, Reads: "written on 1 of 2",
 						Progress: map[string]CopyProgress{"n3": {WrittenNext: 7, DurableNext: 0}}},
@@ -150,7 +154,15 @@ func TestClusterMetrics(t *testing.T) {
 	want := []string{
 		`fibril_cluster_has_leader 1`,
 		`fibril_cluster_is_leader 1`,
+		`fibril_cluster_last_failover_seconds{queue="clicks"} 1.5`,
+		`fibril_cluster_last_failover_timestamp_seconds{queue="clicks"} 1.7e+09`,
 		`fibril_cluster_members 3`,
+		`fibril_cluster_partition_epoch{partition="0",queue="clicks"} 1`,
+		`fibril_cluster_partition_epoch{partition="0",queue="orders"} 3`,
+		`fibril_cluster_partition_epoch{partition="1",queue="orders"} 1`,
+		`fibril_cluster_partition_recovering{partition="0",queue="clicks"} 0`,
+		`fibril_cluster_partition_recovering{partition="0",queue="orders"} 0`,
+		`fibril_cluster_partition_recovering{partition="1",queue="orders"} 1`,
 		`fibril_replica_ceiling{partition="0",queue="orders"} 90`,
 		`fibril_replica_follower_next{boundary="durable",follower="n2",partition="0",queue="orders"} 90`,
 		`fibril_replica_follower_next{boundary="durable",follower="n3",partition="0",queue="clicks"} 0`,
@@ -179,14 +191,24 @@ func TestClusterMetrics(t *testing.T) {
 	}
 	fc.set(v, true)
 	r = f.do("GET", "/metrics", nil).want(t, http.StatusOK, nil)
-	want = []string{`fibril_cluster_has_leader 0`, `fibril_cluster_is_leader 0`, `fibril_cluster_members 3`}
+	// Every node exports the partitions' epochs and recoveries, and the
+	// queues' last failovers, as the control state has them.
+	var everyNode []string
+	for _, l := range want {
+		if strings.HasPrefix(l, "fibril_cluster_partition_") || strings.HasPrefix(l, "fibril_cluster_last_failover") {
+			everyNode = append(everyNode, l)
+		}
+	}
+	want = append([]string{`fibril_cluster_has_leader 0`, `fibril_cluster_is_leader 0`, `fibril_cluster_members 3`}, everyNode...)
+	slices.Sort(want)
 	if got := clusterLines(r.body); !slices.Equal(got, want) {
 		t.Fatalf("cluster series without a leader:\ngot  %q\nwant %q", got, want)
 	}
 	v.Leader = "n1"
 	fc.set(v, true)
 	r = f.do("GET", "/metrics", nil).want(t, http.StatusOK, nil)
-	want = []string{`fibril_cluster_has_leader 1`, `fibril_cluster_is_leader 0`, `fibril_cluster_members 3`}
+	want = append([]string{`fibril_cluster_has_leader 1`, `fibril_cluster_is_leader 0`, `fibril_cluster_members 3`}, everyNode...)
+	slices.Sort(want)
 	if got := clusterLines(r.body); !slices.Equal(got, want) {
 		t.Fatalf("cluster series on a follower:\ngot  %q\nwant %q", got, want)
 	}

@@ -1,5 +1,7 @@
 package admin
 
+import "time"
+
 // The view types below are what the admin API renders for the parts of
 // the daemon that live outside the solo broker: the cluster and the NATS
 // bridges. The admin package owns them, so the solo broker's folder
@@ -35,6 +37,21 @@ type ClusterQueue struct {
 	Policy     string             `json:"policy"`
 	Warnings   []string           `json:"warnings,omitempty"`
 	Partitions []ClusterPartition `json:"partitions"`
+	// LastFailover is the queue's latest recovery, nil before the first.
+	LastFailover *Failover `json:"last_failover,omitempty"`
+}
+
+// Failover is a queue's latest recovery: the epoch it installed, the
+// owners before and after, why it started, when, and how long it took
+// (InstalledAt and DurationMs are zero while it is under way).
+type Failover struct {
+	Epoch       uint64    `json:"epoch"`
+	From        string    `json:"from"`
+	To          string    `json:"to,omitempty"`
+	Reason      string    `json:"reason"`
+	StartedAt   time.Time `json:"started_at"`
+	InstalledAt time.Time `json:"installed_at,omitzero"`
+	DurationMs  int64     `json:"duration_ms,omitempty"`
 }
 
 // ClusterPartition is one partition's placement, its policy as it reads
@@ -46,6 +63,11 @@ type ClusterPartition struct {
 	Followers []string `json:"followers"`
 	Epoch     uint64   `json:"epoch"`
 	Reads     string   `json:"reads"`
+	// Recovering: a recovery is installing Epoch; no owner serves the
+	// partition until Sealed reaches SealsNeeded (E-W+1 witnesses).
+	Recovering  bool `json:"recovering,omitempty"`
+	Sealed      int  `json:"sealed,omitempty"`
+	SealsNeeded int  `json:"seals_needed,omitempty"`
 	// Ceiling is the visibility ceiling's follower part (next offset
 	// that enough followers hold), on the owner only.
 	Ceiling *uint64 `json:"ceiling,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -25,8 +26,10 @@ func clusterView() admin.ClusterView {
 		Queues: []admin.ClusterQueue{
 			{Name: "clicks", Durability: "buffered", Policy: "replica_buffered:2",
 				Partitions: []admin.ClusterPartition{
-					{Partition: 0, Owner: "n2", Followers: []string{"n1", "n3"}, Epoch: 1, Reads: "written on 2 of 3"},
-				}},
+					{Partition: 0, Owner: "n2", Followers: []string{"n1", "n3"}, Epoch: 2, Reads: "written on 2 of 3",
+						Recovering: true, Sealed: 1, SealsNeeded: 2},
+				},
+				LastFailover: &admin.Failover{Epoch: 2, From: "n2", Reason: "owner n2 unreachable for 3s", StartedAt: time.Now()}},
 			{Name: "orders", Durability: "durable", Policy: "replica_durable:2",
 				Warnings: []string{"policy replica_accepted is deprecated and means replica_durable; write replica_durable"},
 				Partitions: []admin.ClusterPartition{
@@ -65,33 +68,36 @@ func TestDashboardCluster(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(orders+`tr[data-follower="n2"] td[data-field="durable-next"]`)))
 
 	for sel, want := range map[string]string{
-		page + `dd[data-field="leader"]`:                                "n1",
-		page + `tr[data-member="n2"] td[data-field="cluster-addr"]`:     "127.0.0.1:7432",
-		page + `tr[data-member="n1"] td[data-field="client-addr"]`:      "127.0.0.1:7420",
-		page + `tr[data-member="n1"] td[data-field="role"]`:             "leader",
-		page + `tr[data-member="n3"] td[data-field="voter"]`:            "no",
-		page + `tr[data-member="n2"] td[data-field="voter"]`:            "yes",
-		page + `article[data-queue="clicks"] [data-field="mode"]`:       "buffered",
-		page + `article[data-queue="clicks"] [data-field="policy"]`:     "replica_buffered:2",
-		page + `article[data-queue="clicks"] td[data-field="reads"]`:    "written on 2 of 3",
-		orders + `[data-field="mode"]`:                                  "durable",
-		orders + `[data-field="policy-warning"]`:                        "deprecated",
-		orders + `tr[data-partition="0"] td[data-field="owner"]`:        "n1 (this node)",
-		orders + `tr[data-partition="0"] td[data-field="followers"]`:    "n2, n3",
-		orders + `tr[data-partition="0"] td[data-field="epoch"]`:        "3",
-		orders + `tr[data-partition="0"] td[data-field="reads"]`:        "durable on 2 of 3",
-		orders + `tr[data-partition="0"] td[data-field="ceiling"]`:      "90",
-		orders + `tr[data-partition="1"] td[data-field="owner"]`:        "n2",
-		orders + `tr[data-follower="n2"] td[data-field="written-next"]`: "120",
-		orders + `tr[data-follower="n2"] td[data-field="durable-next"]`: "90",
-		orders + `tr[data-follower="n3"] td[data-field="written-next"]`: "110",
-		orders + `tr[data-follower="n3"] td[data-field="durable-next"]`: "80",
-		orders + `tr[data-follower="n3"] td[data-field="unsynced"]`:     "30",
-		orders + `tr[data-follower="n2"] td[data-field="behind"]`:       "5",
-		orders + `tr[data-follower="n3"] td[data-field="behind"]`:       "15",
-		orders + `tr[data-follower="n2"] td[data-field="stream"]`:       "push",
-		orders + `tr[data-follower="n3"] td[data-field="stream"]`:       "catching up",
-		page + `article[data-queue="clicks"] td[data-field="ceiling"]`:  "—",
+		page + `dd[data-field="leader"]`:                                   "n1",
+		page + `tr[data-member="n2"] td[data-field="cluster-addr"]`:        "127.0.0.1:7432",
+		page + `tr[data-member="n1"] td[data-field="client-addr"]`:         "127.0.0.1:7420",
+		page + `tr[data-member="n1"] td[data-field="role"]`:                "leader",
+		page + `tr[data-member="n3"] td[data-field="voter"]`:               "no",
+		page + `tr[data-member="n2"] td[data-field="voter"]`:               "yes",
+		page + `article[data-queue="clicks"] [data-field="mode"]`:          "buffered",
+		page + `article[data-queue="clicks"] [data-field="policy"]`:        "replica_buffered:2",
+		page + `article[data-queue="clicks"] td[data-field="reads"]`:       "written on 2 of 3",
+		orders + `[data-field="mode"]`:                                     "durable",
+		orders + `[data-field="policy-warning"]`:                           "deprecated",
+		orders + `tr[data-partition="0"] td[data-field="owner"]`:           "n1 (this node)",
+		orders + `tr[data-partition="0"] td[data-field="followers"]`:       "n2, n3",
+		orders + `tr[data-partition="0"] td[data-field="epoch"]`:           "3",
+		orders + `tr[data-partition="0"] td[data-field="reads"]`:           "durable on 2 of 3",
+		orders + `tr[data-partition="0"] td[data-field="ceiling"]`:         "90",
+		orders + `tr[data-partition="1"] td[data-field="owner"]`:           "n2",
+		orders + `tr[data-follower="n2"] td[data-field="written-next"]`:    "120",
+		orders + `tr[data-follower="n2"] td[data-field="durable-next"]`:    "90",
+		orders + `tr[data-follower="n3"] td[data-field="written-next"]`:    "110",
+		orders + `tr[data-follower="n3"] td[data-field="durable-next"]`:    "80",
+		orders + `tr[data-follower="n3"] td[data-field="unsynced"]`:        "30",
+		orders + `tr[data-follower="n2"] td[data-field="behind"]`:          "5",
+		orders + `tr[data-follower="n3"] td[data-field="behind"]`:          "15",
+		orders + `tr[data-follower="n2"] td[data-field="stream"]`:          "push",
+		orders + `tr[data-follower="n3"] td[data-field="stream"]`:          "catching up",
+		page + `article[data-queue="clicks"] td[data-field="ceiling"]`:     "—",
+		page + `article[data-queue="clicks"] td[data-field="state"]`:       "recovering: 1 of 2 witnesses sealed",
+		page + `article[data-queue="clicks"] [data-field="last-failover"]`: "epoch 2",
+		orders + `tr[data-partition="0"] td[data-field="state"]`:           "serving",
 	} {
 		if got := b.text(t, sel); !strings.Contains(strings.ToLower(got), strings.ToLower(want)) { // badges are upper case by style
 			t.Errorf("%s says %q, want %q in it", sel, got, want)

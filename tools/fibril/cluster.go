@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/fibril-edge/fibril/appliance/admin"
 	"github.com/spf13/pflag"
@@ -84,11 +85,27 @@ func printClusterView(w io.Writer, v admin.ClusterView) error {
 					prog = append(prog, line)
 				}
 			}
+			if p.Recovering {
+				prog = []string{fmt.Sprintf("RECOVERING: %d of %d witnesses sealed", p.Sealed, p.SealsNeeded)}
+			}
 			fmt.Fprintf(tw, "%s (%s, %s)\t%d\t%s\t%s\t%d\t%s\t%s\n", q.Name, q.Durability, q.Policy, p.Partition,
 				p.Owner, orDash(strings.Join(p.Followers, ",")), p.Epoch, p.Reads, orDash(strings.Join(prog, "  ")))
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, q := range v.Queues {
+		if f := q.LastFailover; f != nil {
+			took := "under way"
+			if f.DurationMs > 0 || !f.InstalledAt.IsZero() {
+				took = fmt.Sprintf("%s to %s in %dms", f.From, f.To, f.DurationMs)
+			}
+			fmt.Fprintf(w, "last failover of %s: epoch %d at %s, %s (%s)\n", q.Name, f.Epoch,
+				f.StartedAt.Format(time.RFC3339), took, f.Reason)
+		}
+	}
+	return nil
 }
 
 func orDash(s string) string {

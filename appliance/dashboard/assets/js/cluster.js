@@ -47,6 +47,14 @@ export function clusterPage(root) {
   };
 }
 
+// failoverText reads a queue's last failover: when, from whom to whom,
+// how long it took, and why.
+function failoverText(f) {
+  const when = new Date(f.started_at).toLocaleString();
+  const how = f.to ? `${f.from} → ${f.to} in ${int(f.duration_ms || 0)} ms` : `from ${f.from}, under way`;
+  return `Last failover: epoch ${int(f.epoch)} at ${when}, ${how} (${f.reason})`;
+}
+
 function queueCard(q, self) {
   const parts = q.partitions || [];
   const mode = String(q.durability || '').toLowerCase();
@@ -60,11 +68,14 @@ function queueCard(q, self) {
       el('span', { class: 'badge ' + mode, 'data-field': 'mode' }, mode || '?'),
       el('code', { class: 'meta', 'data-field': 'policy', title: 'replication policy' }, q.policy || '(default)')),
     (q.warnings || []).map(w => el('p', { class: 'warning', 'data-field': 'policy-warning' }, w)),
+    q.last_failover ? el('p', { class: 'meta', 'data-field': 'last-failover' }, failoverText(q.last_failover)) : null,
     table([
       { label: 'partition', field: 'partition', cell: p => String(p.partition) },
       { label: 'owner', field: 'owner', cell: p => p.owner + (p.owner === self ? ' (this node)' : '') },
       { label: 'followers', field: 'followers', cell: p => (p.followers || []).join(', ') || '—' },
       { label: 'epoch', field: 'epoch', cell: p => int(p.epoch) },
+      { label: 'state', field: 'state', cell: p => (p.recovering ? `recovering: ${p.sealed} of ${p.seals_needed} witnesses sealed` : 'serving'),
+        cls: p => (p.recovering ? 'attention' : null) },
       { label: 'reads', field: 'reads', cell: p => p.reads || '—' },
       { label: 'ceiling', field: 'ceiling', cell: p => (typeof p.ceiling === 'number' ? int(p.ceiling) : '—') },
     ], parts, { rowAttrs: p => ({ 'data-partition': p.partition }) }),
