@@ -1,13 +1,18 @@
 package federation
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/fibril-edge/fibril/appliance"
+
 	"github.com/fibril-edge/fibril/appliance/client"
+	"github.com/fibril-edge/fibril/internal/await"
+	"github.com/fibril-edge/fibril/internal/waltest"
 	"github.com/fibril-edge/fibril/wal"
 )
 
@@ -124,4 +129,93 @@ func writtenFrontier(mode appliance.Durability) frontier {
 		return frontier((*wal.Log).WrittenNext)
 	}
 	return frontier((*wal.Log).DurableNext)
+}
+
+// A node whose data directory was wiped holds no copy: it seals as no
+// witness, so it never stands in for the records it lost. Durable queue,
+// three copies, two needed: while one follower was down, the owner
+// confirmed 30 records on itself and the other follower, whose data is
+// then wiped. With the owner down too, the two live copies (one behind,
+// one empty) are not the E-W+1 = 2 witnesses a recovery needs, and the
+// queue waits: installing the one behind would lose confirmed records.
+// Once the owner is back, it seals too and the queue recovers with all.
+func TestWipedCopyIsNoWitness(t *testing.T) {
+	nodes := startNodes(t, 3, nodeOptions{})
+	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "w", Durability: appliance.Durable}, "replica_durable:2")
+	a := nodes.assignments(t, "w")[0]
+	behind, wiped := nodes[a.Followers[0]], nodes[a.Followers[1]]
+	publishN(t, owner.broker, "w", "before", 10)
+	nodes.copiesMatch(t, "w", (*wal.Log).DurableNext)
+
+	behind.close()
+	publishN(t, owner.broker, "w", "confirmed", 30) // durable on the owner and wiped
+	ol, _ := owner.cluster.OwnerLog("w", 0)
+	want := waltest.Records(t, ol, ol.WrittenNext())
+	wiped.close()
+	wiped.useFS(vfs.NewCrashableMem()) // its queues and copies are gone; its raft log is not
+	owner.close()
+
+	behind.restart(t)
+	wiped.restart(t)
+	await.Within(t, time.Minute, "both live copies to seal", func() bool {
+		as := behind.cluster.Node().State().Assignments["w"]
+		return len(as) > 0 && as[0].Sealing && len(as[0].Seals) == 2
+	})
+	as := behind.cluster.Node().State().Assignments["w"]
+	if !as[0].Sealing || as[0].Witnesses() != 1 {
+		t.Fatalf("recovery with the wiped copy: sealing %v, %d witnesses of %d needed: %+v",
+			as[0].Sealing, as[0].Witnesses(), as[0].SealsNeeded(), as[0].Seals)
+	}
+
+	owner.restart(t)
+	next := nodes.servedAfter(t, "w", a.Epoch)
+	if next != owner {
+		t.Fatalf("%s was installed, not %s, the only witness holding every confirmed record", next.id, owner.id)
+	}
+	publishN(t, next.broker, "w", "after", 5)
+	for _, have := range nodes.copiesMatch(t, "w", (*wal.Log).DurableNext) {
+		for i, w := range want {
+			if i >= len(have) || have[i].Offset != w.Offset || !bytes.Equal(have[i].Payload, w.Payload) {
+				t.Fatalf("confirmed record %d missing or changed on a copy after the recovery", w.Offset)
+			}
+		}
+	}
+}
+
+// The owner's log latches (an fsync fails): it confirms nothing more, the
+// queue fails over although the owner's node still answers, and the old
+// owner, its log cut back to its last sync as it reopens to seal, follows
+// the new owner. Nothing confirmed is lost and the copies end identical.
+func TestLatchedOwnerFailsOver(t *testing.T) {
+	nodes := startNodes(t, 3, nodeOptions{})
+	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "l", Durability: appliance.Durable}, "replica_durable:2")
+	a := nodes.assignments(t, "l")[0]
+	publishN(t, owner.broker, "l", "before", 20)
+	ol, _ := owner.cluster.OwnerLog("l", 0)
+	want := waltest.Records(t, ol, ol.WrittenNext())
+
+	hit := owner.fault.Arm(owner.cluster.LogDir("l", 0))
+	failed := make(chan error, 1)
+	owner.broker.PublishAsync("l", appliance.Message{Body: []byte("into the failing sync")},
+		func(_ appliance.Confirm, err error) { failed <- err })
+	select {
+	case <-hit:
+	case <-time.After(time.Minute):
+		t.Fatal("the injected fsync failure never hit the owner's log")
+	}
+	if err := <-failed; err == nil {
+		t.Fatal("a publish whose fsync failed on the owner was confirmed")
+	}
+	next := nodes.servedAfter(t, "l", a.Epoch)
+	if next == owner {
+		t.Fatalf("the latched owner %s was installed again", owner.id)
+	}
+	publishN(t, next.broker, "l", "after", 10)
+	for _, have := range nodes.copiesMatch(t, "l", (*wal.Log).DurableNext) {
+		for i, w := range want {
+			if i >= len(have) || have[i].Offset != w.Offset || !bytes.Equal(have[i].Payload, w.Payload) {
+				t.Fatalf("confirmed record %d missing or changed on a copy after the recovery", w.Offset)
+			}
+		}
+	}
 }

@@ -8,6 +8,7 @@ package federation
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -85,6 +86,7 @@ type clusterNode struct {
 	replicaFS   vfs.FS
 	syncs       *syncprobe.Probe
 	removed     *removals
+	fault       fault // the broker's storage failures
 
 	// Set while open.
 	cluster  *Cluster
@@ -110,6 +112,40 @@ func newNode(t *testing.T, id string, o nodeOptions) (n *clusterNode, ln, client
 		n.clientAddr = clientLn.Addr().String()
 	}
 	return n, ln, clientLn
+}
+
+// fault fails the broker's next sync of a file under a directory, once
+// (Arm): a storage failure that latches the log.
+type fault struct {
+	mu  sync.Mutex
+	dir string // "" while disarmed
+	hit chan struct{}
+}
+
+// Arm makes the next sync under dir fail; hit closes when it did.
+func (f *fault) Arm(dir string) <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dir, f.hit = dir, make(chan struct{})
+	return f.hit
+}
+
+var errInjectedSync = errors.New("injected fsync failure")
+
+func (f *fault) inject(op errorfs.Op) error {
+	switch op.Kind {
+	case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+	default:
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.dir == "" || !strings.HasPrefix(op.Path, f.dir) {
+		return nil
+	}
+	f.dir = ""
+	close(f.hit)
+	return errInjectedSync
 }
 
 // useFS puts the node's queues and copies on fs, the copies through the
@@ -151,7 +187,8 @@ func (n *clusterNode) open(t *testing.T, ln, clientLn net.Listener) {
 		t.Fatalf("open %s: %v", n.id, err)
 	}
 	n.cluster = c
-	b, err := appliance.Open(appliance.Options{DataDir: "data", FS: n.fs, Logger: quiet, SegmentSize: 1 << 20,
+	brokerFS := errorfs.Wrap(n.fs, errorfs.InjectorFunc(n.fault.inject))
+	b, err := appliance.Open(appliance.Options{DataDir: "data", FS: brokerFS, Logger: quiet, SegmentSize: 1 << 20,
 		MinFreeBytes: -1, Replication: c, LogDir: c.LogDir})
 	if err != nil {
 		t.Fatalf("open %s's broker: %v", n.id, err)

@@ -34,6 +34,7 @@ type ownedPartition struct {
 	log        *wal.Log
 	dir        string        // the log's directory, which holds its history
 	ready      chan struct{} // closed once gate is set
+	done       chan struct{} // closed once the partition is closed
 
 	mu        sync.Mutex          // guards the fields below
 	history   replication.History // this instance's
@@ -129,6 +130,8 @@ func (op *ownedPartition) follow() {
 		op.gate, op.epoch = replication.NewGate(boundary, a.Policy.Required(1), nil), a.Epoch
 		close(op.ready)
 		op.c.fo.setServing(op.queue, true)
+		op.c.wg.Add(1)
+		go op.watchLatch(a.Epoch)
 	}
 	var added []string
 	for _, f := range a.Followers {
@@ -159,6 +162,23 @@ func (op *ownedPartition) follow() {
 	}
 	op.c.log.Info("replicating partition", "queue", op.queue, "partition", op.partition,
 		"new_followers", added, "policy", a.Policy.Describe(op.durability, 1+len(op.followers)))
+}
+
+// watchLatch fails the queue over when the owner's log latches after a
+// storage failure: the owner can confirm nothing more, and the reopen
+// that cuts it back to its last sync happens as it seals with the
+// others.
+func (op *ownedPartition) watchLatch(epoch uint64) {
+	defer op.c.wg.Done()
+	select {
+	case <-op.log.Latched():
+	case <-op.done:
+		return
+	case <-op.c.stop:
+		return
+	}
+	op.fence("the owner's log latched after a storage failure")
+	op.c.askRecovery(op.queue, epoch, "the owner's log latched after a storage failure")
 }
 
 // fence stops the partition writing for good and ends its streams.
@@ -198,6 +218,9 @@ func (op *ownedPartition) Writable() error {
 // close stops the streams; follow starts none after it.
 func (op *ownedPartition) close() {
 	op.mu.Lock()
+	if !op.closed {
+		close(op.done)
+	}
 	op.closed = true
 	streams := op.streams
 	op.streams = nil

@@ -150,6 +150,11 @@ func TestLatch(t *testing.T) {
 			}
 
 			// The latched state.
+			select {
+			case <-l.Latched():
+			default:
+				t.Fatal("Latched() not closed after the latch")
+			}
 			if w, d := l.WrittenNext(), l.DurableNext(); w != cut || d != cut {
 				t.Fatalf("latched frontiers written %d durable %d, want both %d", w, d, cut)
 			}

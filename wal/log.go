@@ -69,6 +69,7 @@ type Log struct {
 	syncDone chan syncResult
 	closing  chan struct{} // closed when Close starts
 	done     chan struct{} // closed when the writer has stopped
+	latched  chan struct{} // closed when the log latches
 
 	statusMu sync.Mutex // guards status
 	status   Status
@@ -220,6 +221,10 @@ func (l *Log) Sync(ctx context.Context) error {
 func (l *Log) Seal(ctx context.Context, epoch uint64) error {
 	return l.control(ctx, control{kind: ctlSeal, epoch: epoch})
 }
+
+// Latched is closed once the log latches after a storage failure (its
+// next open cuts it back to its last sync).
+func (l *Log) Latched() <-chan struct{} { return l.latched }
 
 // Epoch is the epoch of the last Seal, persisted across reopen.
 func (l *Log) Epoch() uint64 { return l.epoch.Load() }

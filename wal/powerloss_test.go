@@ -2,6 +2,7 @@ package wal
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -373,6 +374,66 @@ func TestLoseUnsyncedOnNextOpen(t *testing.T) {
 				t.Fatalf("clean reopen: latched cut %v stop %v end %d", rep.LatchedCut, rep.Stop, rep.End)
 			}
 			check(l)
+		})
+	}
+}
+
+// CutBack drops a closed log's records from an offset on at its next
+// open, crash safe: cut inside the active segment, inside a sealed one
+// (the later segments go), and below the head (an empty log at the cut);
+// a power loss right after CutBack still cuts; new records take the
+// offsets the cut freed.
+func TestCutBack(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		to   uint64
+	}{{"active segment", 95}, {"sealed segment", 10}, {"below the head", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := vfs.NewCrashableMem()
+			opts := Options{FS: mem, SegmentSize: 4 << 10, BackgroundSyncInterval: -1}
+			l, err := Open("log", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			payload := make([]byte, 200)
+			for range 100 {
+				if _, err := l.Append(context.Background(), []Entry{{Type: 1, Payload: payload}}, AfterFsync); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(l.segs) < 3 {
+				t.Fatalf("%d segments, want several", len(l.segs))
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := CutBack(mem, "log", tc.to); err != nil {
+				t.Fatal(err)
+			}
+			// A cut already pending at a lower offset wins.
+			if err := CutBack(mem, "log", tc.to+5); err != nil {
+				t.Fatal(err)
+			}
+			crashed := mem.CrashClone(vfs.CrashCloneCfg{})
+			opts.FS = crashed
+			l, err = Open("log", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			if got := l.WrittenNext(); got != tc.to {
+				t.Fatalf("after the cut the log ends at %d, want %d", got, tc.to)
+			}
+			if tc.to > 0 {
+				recs, err := l.ReadWritten(0, 1<<20)
+				if err != nil || len(recs) == 0 || recs[0].Offset != 0 {
+					t.Fatalf("records before the cut: %d, %v", len(recs), err)
+				}
+			}
+			res, err := l.Append(context.Background(), []Entry{{Type: 2, Payload: []byte("after")}}, AfterFsync)
+			if err != nil || res.First != tc.to {
+				t.Fatalf("append after the cut at %d, %v; want offset %d", res.First, err, tc.to)
+			}
 		})
 	}
 }

@@ -81,6 +81,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		syncDone: make(chan syncResult, 1),
 		closing:  make(chan struct{}),
 		done:     make(chan struct{}),
+		latched:  make(chan struct{}),
 
 		scrubDone: make(chan struct{}),
 	}

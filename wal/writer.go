@@ -310,6 +310,7 @@ func (w *writer) latch(cause error) {
 	w.st.LastError = cause
 	w.st.OldestUnsynced = time.Time{}
 	w.publishStatus()
+	close(w.l.latched)
 	w.l.written.fallBack(durable, w.latchErr)
 	w.l.durable.fail(w.latchErr)
 	w.next = durable

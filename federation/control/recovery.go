@@ -175,11 +175,13 @@ func (s *State) seal(r SealReport) error {
 
 // pickOwner is the witness whose copy is best in every partition: the
 // latest epoch of its last record, then the longest (Raft's comparison of
-// logs). Among equals the old owner stays, then the lowest node id.
+// logs). Among equals a follower goes first, by id, and the old owner
+// last: whatever made the queue fail over (a latched log, a power cut, a
+// node that stopped answering) may strike it again.
 func pickOwner(as []Assignment) (string, bool) {
 	better := func(x, y Seal) int { return cmp.Or(cmp.Compare(x.LastEpoch, y.LastEpoch), cmp.Compare(x.End, y.End)) }
-	candidates := slices.Clone(as[0].Copies())
-	slices.SortStableFunc(candidates[1:], cmp.Compare) // the old owner first, then by id
+	candidates := slices.Sorted(slices.Values(as[0].Followers))
+	candidates = append(candidates, as[0].Owner)
 	for _, n := range candidates {
 		best := true
 		for _, a := range as {
