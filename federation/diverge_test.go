@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/internal/await"
 	"github.com/fibril-edge/fibril/internal/waltest"
@@ -88,4 +90,70 @@ func (c testCluster) servedAfter(t *testing.T, queue string, epoch uint64) *clus
 		return false
 	})
 	return owner
+}
+
+// The owner loses its power and stays down past the failover timeout:
+// the queue moves to a follower and takes new publishes. The old owner
+// then comes back at its last sync, shorter than the new owner's log,
+// goes through recovery as a copy, and catches up: no offset holds
+// different bytes on two copies, and nothing confirmed is lost.
+func TestOwnerBackShorterAfterTheQueueMoved(t *testing.T) {
+	nodes := startNodes(t, 3, nodeOptions{})
+	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "moved", Durability: appliance.Buffered}, "replica_buffered:2")
+	settings := owner.broker.Settings()
+	settings.BackgroundSyncIntervalMs = 0
+	if err := owner.broker.UpdateSettings(settings); err != nil {
+		t.Fatal(err)
+	}
+	publishN(t, owner.broker, "moved", "confirmed", 40)
+	nodes.copiesMatch(t, "moved", (*wal.Log).WrittenNext)
+	epoch := nodes.assignments(t, "moved")[0].Epoch
+
+	survived := owner.fs.CrashClone(vfs.CrashCloneCfg{}) // the power cut: nothing of the 40 was synced here
+	owner.close()
+	next := nodes.servedAfter(t, "moved", epoch)
+	publishN(t, next.broker, "moved", "moved", 20)
+	owner.useFS(survived)
+	owner.restart(t)
+	copies := nodes.copiesMatch(t, "moved", (*wal.Log).WrittenNext)
+	if len(copies) != 2 || len(copies[0]) != 60 {
+		t.Fatalf("after the old owner's return: %d copies, the first of %d records, want 2 of 60", len(copies), len(copies[0]))
+	}
+}
+
+// The owner wrote and synced records no follower received (both were
+// down; none was confirmed), then stopped. The followers recover the
+// queue without them and the new owner writes other records at those
+// offsets. When the old owner returns, its copy has diverged from the
+// installed history: it is cut back to where they part, crash safe, and
+// catches up, so every copy ends identical.
+func TestDivergedCopyIsCutBack(t *testing.T) {
+	nodes := startNodes(t, 3, nodeOptions{})
+	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "split", Durability: appliance.Durable}, "replica_durable:2")
+	a := nodes.assignments(t, "split")[0]
+	publishN(t, owner.broker, "split", "shared", 10)
+	nodes.copiesMatch(t, "split", (*wal.Log).DurableNext)
+	for _, f := range a.Followers {
+		nodes[f].close()
+	}
+	for i := range 5 { // appended and synced on the owner alone: never confirmed
+		owner.broker.PublishAsync("split", appliance.Message{Body: []byte(fmt.Sprint("unconfirmed-", i))}, func(appliance.Confirm, error) {})
+	}
+	ol, _ := owner.cluster.OwnerLog("split", 0)
+	await.Within(t, time.Minute, "the owner to sync its unconfirmed records", func() bool { return ol.DurableNext() >= 15 })
+	owner.close()
+	for _, f := range a.Followers {
+		nodes[f].restart(t)
+	}
+	next := nodes.servedAfter(t, "split", a.Epoch)
+	publishN(t, next.broker, "split", "new", 8)
+	owner.restart(t)
+	copies := nodes.copiesMatch(t, "split", (*wal.Log).DurableNext)
+	for _, have := range copies {
+		for _, r := range have {
+			if bytes.HasPrefix(r.Payload, []byte("unconfirmed")) || bytes.Contains(r.Payload, []byte("unconfirmed-")) {
+				t.Fatalf("a copy still holds the old owner's unconfirmed record at %d", r.Offset)
+			}
+		}
+	}
 }
