@@ -16,7 +16,8 @@ import (
 // loss: it reconnects with backoff and re-establishes its subscriptions.
 // It is safe for concurrent use. Close it when done.
 type Client struct {
-	addr     string
+	addrs    []string // the brokers, in the order Dial was given them
+	next     int      // index in addrs of the next address to dial; Dial, then the supervisor only
 	opts     Options
 	log      *slog.Logger
 	corr     atomic.Uint64 // last Corr used; Corr 0 is never sent
@@ -41,14 +42,25 @@ type Client struct {
 // port is 7420) and completes the protocol's Hello within ctx and
 // opts.DialTimeout. A refused token is ErrUnauthorized. Later connection
 // losses are repaired in the background (see Options.DisableReconnect).
+//
+// addr may list several brokers, the nodes of a cluster, separated by
+// commas: "10.0.0.1:7420,10.0.0.2:7420,10.0.0.3:7420". Dial tries them in
+// order, each within DialTimeout, until one connects; if none does, its
+// error names every address tried with that address's error. After a
+// lost connection the client reconnects to the next address in the list
+// first, going round it (see Options.DisableReconnect for the backoff).
 func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	addrs, err := splitAddrs(addr)
+	if err != nil {
 		return nil, err
 	}
 	o := opts.withDefaults()
 	life, stop := context.WithCancel(context.Background())
 	c := &Client{
-		addr:     addr,
+		addrs:    addrs,
 		opts:     o,
 		log:      o.Logger,
 		inflight: make(chan struct{}, o.MaxInFlight),
@@ -58,7 +70,7 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 		ready:    make(chan struct{}),
 		subs:     make(map[uint32]*Consumer),
 	}
-	cn, err := c.connect(ctx)
+	cn, err := c.dialFirst(ctx)
 	if err != nil {
 		stop()
 		return nil, err
@@ -67,6 +79,18 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 	c.wg.Add(1)
 	go c.supervise(cn)
 	return c, nil
+}
+
+// Addr is the address of the broker the client is connected to now, as
+// written in Dial's addr (one entry of its list); "" while it has no
+// connection (reconnecting, or closed).
+func (c *Client) Addr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur == nil {
+		return ""
+	}
+	return c.cur.addr
 }
 
 // Close ends the client. Consumers stop taking deliveries and their

@@ -48,6 +48,7 @@ var errUnusable = errors.New("client: connection closing")
 // answered exactly once, by its reply or by fail.
 type conn struct {
 	client   *Client
+	addr     string // the address dialled, as listed in Dial's addr
 	nc       net.Conn
 	r        *wire.Reader // reader goroutine only
 	w        *wire.Writer // writer goroutine only
@@ -78,9 +79,10 @@ type conn struct {
 	err         error // why the connection ended
 }
 
-func newConn(c *Client, nc net.Conn, r *wire.Reader, w *wire.Writer, ok *wire.HelloOK) *conn {
+func newConn(c *Client, addr string, nc net.Conn, r *wire.Reader, w *wire.Writer, ok *wire.HelloOK) *conn {
 	cn := &conn{
 		client:   c,
+		addr:     addr,
 		nc:       nc,
 		r:        r,
 		w:        w,
@@ -322,7 +324,7 @@ func (cn *conn) handle(f wire.Frame) error {
 		cn.mu.Lock()
 		cn.remoteErr = remoteError(f)
 		cn.mu.Unlock()
-		cn.client.log.Warn("fibril: broker closing the connection", "session", cn.session, "err", f)
+		cn.client.log.Warn("fibril: broker closing the connection", "addr", cn.addr, "session", cn.session, "err", f)
 	case *wire.Heartbeat:
 	case *wire.Goodbye:
 		cn.mu.Lock()
@@ -334,7 +336,7 @@ func (cn *conn) handle(f wire.Frame) error {
 		if mine {
 			return errGoodbyeDone
 		}
-		cn.client.log.Info("fibril: broker said goodbye", "session", cn.session, "reason", f.Reason)
+		cn.client.log.Info("fibril: broker said goodbye", "addr", cn.addr, "session", cn.session, "reason", f.Reason)
 		cn.client.connUnusable(cn)
 	default:
 		return fmt.Errorf("client: unexpected %s frame from the broker", f.Type())

@@ -10,6 +10,18 @@
 //		Handler: func(ctx context.Context, d *client.Delivery) error { return process(d.Body) },
 //	})
 //
+// # Addresses
+//
+// Dial takes one broker address, host:port, or a comma-separated list of
+// them, the nodes of a cluster: "10.0.0.1:7420,10.0.0.2:7420,10.0.0.3:7420".
+// Any node serves every queue (a node that does not own a queue forwards
+// to its owner), so the client needs only one of them. Dial tries the
+// addresses in order, each within Options.DialTimeout, and connects to the
+// first that answers; if none does, its error names every address with
+// why it failed. After a lost connection the client tries the next
+// address first and goes round the list (see Connection loss); Addr says
+// which address it is connected to now.
+//
 // # Queues
 //
 // Queue("name") starts a declaration; chain Buffered or Durable,
@@ -53,7 +65,13 @@
 // the reader gives up on a connection that has been silent for three
 // intervals. On any loss the client reconnects with exponential backoff
 // and jitter (Options.InitialBackoff to Options.MaxBackoff) and subscribes
-// every Consumer again. Deliveries received before the loss are stale:
+// every Consumer again. With several addresses it reconnects in rounds:
+// after each backoff wait it tries every address once, starting with the
+// one after the address it lost, so a dead node costs one dial (at most
+// Options.DialTimeout), not a wait; a queue whose owner failed over to
+// another node goes on through whichever node the client reaches. The log
+// lines about the connection (lost, reconnect failed, reconnected) carry
+// the address as addr. Deliveries received before the loss are stale:
 // the broker releases them for redelivery, and their Ack or Nack returns
 // ErrStaleDelivery without sending anything. While reconnecting, Publish,
 // DeclareQueue and Subscribe wait for the connection (bounded by their

@@ -36,8 +36,9 @@ type Options struct {
 	// TLS, when set, makes every connection TLS from the first byte. An
 	// empty ServerName is filled from the address's host.
 	TLS *tls.Config
-	// DialTimeout bounds one connection attempt: TCP connect, TLS
-	// handshake and the protocol's Hello. Default 10 s.
+	// DialTimeout bounds one connection attempt to one address: TCP
+	// connect, TLS handshake and the protocol's Hello. With several
+	// addresses each gets its own DialTimeout. Default 10 s.
 	DialTimeout time.Duration
 	// Heartbeat is how long the client lets its side of the connection go
 	// silent before it sends a Heartbeat. Default (0): the broker's
@@ -51,7 +52,10 @@ type Options struct {
 	// reconnects with exponential backoff (from InitialBackoff, doubling,
 	// capped at MaxBackoff, each wait jittered down by up to half; it starts
 	// over from InitialBackoff once a session is established again) and
-	// re-establishes every subscription.
+	// re-establishes every subscription. With several addresses (see Dial)
+	// the backoff is per round of the list: after each wait the client
+	// tries every address once, starting after the one it lost, with no
+	// wait between them.
 	DisableReconnect bool
 	// InitialBackoff is the first reconnect wait. Default 100 ms.
 	InitialBackoff time.Duration

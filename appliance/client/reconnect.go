@@ -22,8 +22,11 @@ func backoff(n int, initial, maxWait time.Duration) time.Duration {
 }
 
 // supervise owns reconnection: it waits for the current connection to
-// end, then dials again with backoff and re-establishes subscriptions,
-// until Close (or, with DisableReconnect, until the first loss).
+// end, then dials again and re-establishes subscriptions, until Close
+// (or, with DisableReconnect, until the first loss). It dials in rounds:
+// one backoff wait, then every address once, from the one after the
+// address last connected to and round the list, with no wait between
+// them, so a dead node in the list costs one dial, not a backoff.
 func (c *Client) supervise(cn *conn) {
 	defer c.wg.Done()
 	defer func() { // on Close: the connection held, if Close did not end it
@@ -32,7 +35,7 @@ func (c *Client) supervise(cn *conn) {
 			cn.wait()
 		}
 	}()
-	attempt := 0
+	round, attempt := 0, 0
 	for {
 		select {
 		case <-cn.done:
@@ -46,14 +49,14 @@ func (c *Client) supervise(cn *conn) {
 			return
 		}
 		if c.opts.DisableReconnect {
-			c.log.Warn("fibril: connection lost; reconnect is disabled", "addr", c.addr, "err", cause)
+			c.log.Warn("fibril: connection lost; reconnect is disabled", "addr", cn.addr, "err", cause)
 			c.setFailed(lostError(cause, false))
 			return
 		}
-		c.log.Warn("fibril: connection lost; reconnecting", "addr", c.addr, "server", cn.server, "session", cn.session, "err", cause)
+		c.log.Warn("fibril: connection lost; reconnecting", "addr", cn.addr, "server", cn.server, "session", cn.session, "err", cause)
 		cn = nil
-		for ; cn == nil; attempt++ {
-			wait := backoff(attempt, c.opts.InitialBackoff, c.opts.MaxBackoff)
+		for ; cn == nil; round++ {
+			wait := backoff(round, c.opts.InitialBackoff, c.opts.MaxBackoff)
 			t := time.NewTimer(wait)
 			select {
 			case <-t.C:
@@ -61,13 +64,11 @@ func (c *Client) supervise(cn *conn) {
 				t.Stop()
 				return
 			}
-			next, err := c.connect(c.life)
-			if err != nil {
+			next := c.dialRound(&attempt)
+			if next == nil {
 				if c.life.Err() != nil {
 					return
 				}
-				level := slogLevelFor(err)
-				c.log.Log(context.Background(), level, "fibril: reconnect failed", "addr", c.addr, "attempt", attempt+1, "err", err)
 				continue
 			}
 			if !c.install(next) {
@@ -75,13 +76,34 @@ func (c *Client) supervise(cn *conn) {
 			}
 			cn = next
 		}
-		c.log.Info("fibril: reconnected", "addr", c.addr, "server", cn.server, "session", cn.session, "attempts", attempt)
+		c.log.Info("fibril: reconnected", "addr", cn.addr, "server", cn.server, "session", cn.session, "attempts", attempt)
 		// A session was established: the next loss starts from the
 		// initial backoff, so a server back after a short restart is
 		// reached again within InitialBackoff, not after the waits its
 		// restart ran up.
-		attempt = 0
+		round, attempt = 0, 0
 	}
+}
+
+// dialRound tries every address once, from c.next round the list, and
+// returns the first connection made, with c.next moved to the address
+// after it; nil if none connects or Close stops the round. attempt counts
+// the dials since the loss, for the log.
+func (c *Client) dialRound(attempt *int) *conn {
+	for i := range c.addrs {
+		addr := c.addrs[(c.next+i)%len(c.addrs)]
+		*attempt++
+		cn, err := c.connect(c.life, addr)
+		if err == nil {
+			c.next = (c.next + i + 1) % len(c.addrs)
+			return cn
+		}
+		if c.life.Err() != nil {
+			return nil
+		}
+		c.log.Log(context.Background(), slogLevelFor(err), "fibril: reconnect failed", "addr", addr, "attempt", *attempt, "err", err)
+	}
+	return nil
 }
 
 // install makes cn the current connection, starts it, and re-establishes
