@@ -71,7 +71,8 @@ type connFlags struct {
 
 // addServerFlags registers --server, --token and --json.
 func (c *connFlags) addServerFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&c.server, "server", envOr(envServer, defaultServer), "fibrild's client protocol address (env "+envServer+")")
+	fs.StringVar(&c.server, "server", envOr(envServer, defaultServer),
+		"fibrild's client protocol address, or a comma-separated list of a cluster's nodes, tried in turn (env "+envServer+")")
 	fs.StringVar(&c.token, "token", os.Getenv(envToken), "auth token (env "+envToken+")")
 	fs.BoolVar(&c.json, "json", false, "print JSON, one object per line")
 }
@@ -91,7 +92,9 @@ func envOr(key, def string) string {
 }
 
 // dial connects to fibrild over the client protocol, failing at once
-// (no reconnecting) with advice when it cannot.
+// (no reconnecting) with advice when it cannot. --server may list several
+// addresses (a cluster's nodes): they are tried in order, each within the
+// dial timeout, and the first that answers is used.
 func (c *connFlags) dial(ctx context.Context) (*client.Client, error) {
 	cl, err := client.Dial(ctx, c.server, client.Options{
 		Token:            c.token,
@@ -106,16 +109,23 @@ func (c *connFlags) dial(ctx context.Context) (*client.Client, error) {
 	return cl, nil
 }
 
-// serverError explains a failure to talk to fibrild at addr.
+// serverError explains a failure to talk to fibrild at addr (one
+// address or a list; the client's error then says what each one did). A
+// refused token or protocol version is named before an unreachable node:
+// with a list, that is the advice that helps.
 func serverError(addr string, err error) error {
 	var op *net.OpError
 	switch {
-	case errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &op):
-		return fmt.Errorf("cannot reach fibrild at %s: is it running? start it with `make run` or `systemctl start fibril`, or point --server (env %s) at it: %w", addr, envServer, err)
 	case errors.Is(err, client.ErrUnauthorized):
 		return fmt.Errorf("fibrild at %s refused the token: pass --token or set %s: %w", addr, envToken, err)
 	case errors.Is(err, client.ErrUnsupportedVersion):
 		return fmt.Errorf("fibrild at %s speaks another protocol version: use a fibril CLI of the same release: %w", addr, err)
+	case errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &op):
+		where := addr
+		if strings.Contains(addr, ",") {
+			where = "any of " + addr
+		}
+		return fmt.Errorf("cannot reach fibrild at %s: is it running? start it with `make run` or `systemctl start fibril`, or point --server (env %s) at it: %w", where, envServer, err)
 	}
 	return err
 }

@@ -132,7 +132,8 @@ func printUsage(w io.Writer) {
 	fmt.Fprint(w, `
 Connection flags (commands that talk to fibrild):
   --server ADDR   client protocol, for pub and sub (env FIBRIL_SERVER,
-                  default 127.0.0.1:7420)
+                  default 127.0.0.1:7420); a comma-separated list of a
+                  cluster's nodes (ADDR,ADDR,...) is tried in turn
   --admin URL     admin HTTP API, for queue and settings (env FIBRIL_ADMIN,
                   default http://127.0.0.1:7421)
   --token TOKEN   auth token (env FIBRIL_TOKEN)
