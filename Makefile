@@ -4,7 +4,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 
-.PHONY: build run test acceptance soak fuzz bench bench-log bench-e2e vet clean package package-test
+.PHONY: build run test acceptance soak cluster-soak fuzz bench bench-log bench-e2e vet clean package package-test
 
 build:
 	@mkdir -p $(BIN)
@@ -35,6 +35,12 @@ acceptance:
 # disk use every 5 s. FIBRIL_SOAK_DURATION=2m shortens it.
 soak:
 	FIBRIL_ACCEPTANCE=1 FIBRIL_SOAK=1 $(GO) test -count=1 -timeout 40m -v -run '^TestSoak$$' ./tools/acceptance/
+
+# The cluster soak (docs/reliability.md, cluster case 7): three nodes on
+# their own XFS images, random SIGKILLs, pauses and power cuts under load
+# for FIBRIL_SOAK_DURATION (default 5m); FIBRIL_SEED replays a run.
+cluster-soak:
+	FIBRIL_ACCEPTANCE=1 FIBRIL_SOAK=1 $(GO) test -count=1 -timeout 40m -v -run '^TestClusterSoak$$' ./tools/acceptance/
 
 # Brief runs of every fuzz target (CI runs these too). The runs are counted
 # in executions, not seconds: a time budget can end while a worker is still
