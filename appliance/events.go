@@ -16,6 +16,11 @@ const (
 	recDiscard    byte = 4 // nack without requeue, or dropped for overflow: settled
 	recDeadLetter byte = 5 // a copy went to the dead-letter queue: settled
 	recExpire     byte = 6 // lease expired: ready again, one more delivery counted
+	// recMarker changes nothing: a replicated partition's new owner
+	// writes one before it applies the records it recovered, so that
+	// they are applied only once a record of its own epoch sits on
+	// enough copies (partition.replayHeld).
+	recMarker byte = 7
 )
 
 // Header is one message header.

@@ -31,6 +31,7 @@ type partition struct {
 	log  *wal.Log
 	dur  wal.Boundary
 	gate ReplicaGate // nil: solo
+	held *heldDedupe // the ids of the records replayHeld applies (its own once started)
 
 	// submitMu orders appends with their hand-off on applyCh, so the
 	// applier sees them in offset order; it guards sending on applyCh and
@@ -104,6 +105,9 @@ func openPartition(q *queue, idx int, log *wal.Log, rp *replayer, gate ReplicaGa
 	if rp.held {
 		heldTo = log.WrittenNext() // what the replay left for the gate
 	}
+	// Their ids are in the dedupe window before anyone can publish: a
+	// publish retried across a failover is a duplicate of one of them.
+	p.held = p.heldIDs(rp.st.appliedNext, heldTo)
 	p.wg.Add(2)
 	go func() {
 		p.replayHeld(heldTo)
@@ -170,6 +174,33 @@ func (p *partition) submitThen(entries []wal.Entry, applying func(), done func(w
 			done(wal.AppendResult{}, ErrClosed)
 		}
 	}
+}
+
+// appendMarker appends a recMarker through the applier's queue (it is
+// applied after the records replayHeld applies, like any append since
+// the open) and returns its offset once it completed.
+func (p *partition) appendMarker() (uint64, error) {
+	p.submitMu.Lock()
+	if err := p.gate.Writable(); err != nil {
+		p.submitMu.Unlock()
+		return 0, err
+	}
+	entries := []wal.Entry{{Type: recMarker}}
+	c := p.log.AppendAsync(entries, p.dur)
+	select {
+	case p.applyCh <- pendingAppend{c: c, entries: entries}:
+	case <-p.closing:
+		p.submitMu.Unlock()
+		return 0, ErrClosed
+	}
+	p.submitMu.Unlock()
+	select {
+	case <-c.Done():
+	case <-p.closing:
+		return 0, ErrClosed
+	}
+	res, err := c.Result()
+	return res.First, err
 }
 
 // heldDedupe are the message ids of records held for the replica gate
@@ -250,12 +281,28 @@ func (p *partition) replayHeld(to uint64) {
 	from := p.core.st.appliedNext
 	p.mu.Unlock()
 	if from >= to {
+		p.held.fail()
 		return
 	}
-	held := p.heldIDs(from, to)
+	held := p.held
 	defer held.fail()  // what was not applied: its retries publish anew
 	if p.gate != nil { // the cluster may give a partition none
-		if err := p.gate.Wait(p.closing, to); err != nil {
+		// The records recovered here may be an older epoch's that a
+		// later recovery could still cut away, even once enough copies
+		// hold them (raft's rule: count only the current term's
+		// entries). So they are applied only once a record of this
+		// owner's own epoch, written after them, is on enough copies:
+		// every such copy holds them and ends in the newest epoch.
+		if err := p.gate.Wait(p.closing, 0); err != nil { // installed: writable
+			return
+		}
+		marker, err := p.appendMarker()
+		if err != nil {
+			p.q.b.log.Error("the partition cannot write the marker its recovered records wait for",
+				"queue", p.q.cfg().Name, "partition", p.idx, "err", err)
+			return
+		}
+		if err := p.gate.Wait(p.closing, max(to, marker+1)); err != nil {
 			return // closing: the next open replays them again
 		}
 	}

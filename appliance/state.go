@@ -62,6 +62,9 @@ func (s *partitionState) apply(r wal.Record, maxDeliveries int) (applyEffect, er
 		return effectNone, fmt.Errorf("apply offset %d, expected %d", r.Offset, s.appliedNext)
 	}
 	s.appliedNext = r.Offset + 1
+	if r.Type == recMarker {
+		return effectNone, nil
+	}
 	if r.Type == recPublish {
 		p, err := decodePublish(r.Payload)
 		if err != nil {

@@ -22,7 +22,9 @@ import (
 //     and proposes a recovery of each queue whose owner has not answered
 //     for FailoverTimeout. One missed ping is not a failure: the owner
 //     must stay silent for the whole timeout, and a new leader gives
-//     every member a full timeout before it judges.
+//     every member a full timeout before it judges, except the leader it
+//     followed, whose timeout runs from when it last heard from it (an
+//     owner that was also the leader fails over an election sooner).
 //   - An owner whose log was reopened (a restart, or the broker reopened
 //     the queue) is a new instance: it never writes at its old end. Its
 //     partition asks for a recovery instead (askRecovery), and takes part
@@ -344,6 +346,8 @@ func (c *Cluster) watchOwners() {
 	tick := max(timeout/6, 10*time.Millisecond)
 	lastSeen := map[string]time.Time{}
 	leading := false
+	var lastLeader string // the leader this node followed, and when it last heard from it
+	var lastContact time.Time
 	for {
 		select {
 		case <-c.stop:
@@ -352,6 +356,9 @@ func (c *Cluster) watchOwners() {
 		}
 		if !c.node.IsLeader() {
 			leading = false
+			if id, _ := c.node.Leader(); id != "" {
+				lastLeader, lastContact = id, c.node.raft.LastContact()
+			}
 			continue
 		}
 		st := c.node.State()
@@ -359,6 +366,11 @@ func (c *Cluster) watchOwners() {
 		if !leading {
 			clear(lastSeen)
 			leading = true
+			// The leader this node followed was last heard from then:
+			// its timeout runs from there, not from the election.
+			if lastLeader != "" && lastLeader != c.node.opts.ID && !lastContact.IsZero() {
+				lastSeen[lastLeader] = lastContact
+			}
 		}
 		var mu sync.Mutex // guards answered
 		answered := map[string]time.Time{}
