@@ -388,9 +388,17 @@ func (c *Cluster) beginInstance(queue string, partition int, log *wal.Log) (repl
 		h = nil
 	}
 	if h == nil {
-		var inc uint64
-		c.node.read(func(s *control.State) { inc = s.Queues[queue].Incarnation })
-		if inc == 0 || !c.node.Fresh(inc) || log.WrittenNext() > log.Head() {
+		var inc, epoch uint64
+		c.node.read(func(s *control.State) {
+			inc = s.Queues[queue].Incarnation
+			if as := s.Assignments[queue]; len(as) > 0 {
+				epoch = as[0].Epoch
+			}
+		})
+		// A log this node was installed to start afresh (a recovery
+		// found no copy anywhere) holds everything the queue has.
+		afresh := epoch > 0 && c.installedAt(queue, epoch) && log.WrittenNext() == log.Head()
+		if !afresh && (inc == 0 || !c.node.Fresh(inc) || log.WrittenNext() > log.Head()) {
 			if err := replication.MarkCatchUp(fs, dir, math.MaxUint64); err != nil {
 				c.log.Error("owned partition without history not marked as catching up", "queue", queue, "partition", partition, "err", err)
 			}

@@ -134,6 +134,23 @@ func (c *Cluster) mayServe(st *control.State, name string) bool {
 	return false
 }
 
+// freshQueue reports whether name is a queue this node saw declared and
+// that never failed over: its first owner serves it without a recovery.
+func (c *Cluster) freshQueue(st *control.State, name string) bool {
+	as, q := st.Assignments[name], st.Queues[name]
+	return len(as) > 0 && q.LastFailover == nil && as[0].Epoch == 1 && c.node.Fresh(q.Incarnation)
+}
+
+// brokerHas reports whether the local broker has queue name open.
+func (c *Cluster) brokerHas(name string) bool {
+	b := c.boundBroker()
+	if b == nil {
+		return true // not bound yet: the broker's own queues are not known
+	}
+	_, err := b.QueueInfo(name)
+	return !errors.Is(err, appliance.ErrNotFound)
+}
+
 // installedAt reports whether this node may write queue at epoch.
 func (c *Cluster) installedAt(queue string, epoch uint64) bool {
 	c.fo.mu.Lock()
@@ -227,6 +244,11 @@ func (c *Cluster) recoverQueues() {
 			case a.Sealing:
 			case a.Owner == me && c.fo.sealedAt(name) == a.Epoch && !c.installedAt(name, a.Epoch):
 				err = c.install(st, name)
+			case a.Owner == me && !c.installedAt(name, a.Epoch) && !c.freshQueue(st, name) && !c.brokerHas(name):
+				// This node owns the queue but holds no open log of it:
+				// it restarted between its seal and serving, or lost its
+				// data. Nothing here asks for a recovery otherwise.
+				c.askRecovery(name, a.Epoch, "the owner holds no open log of the queue (it restarted before it served it)")
 			case a.Owner != me:
 				err = c.releaseLocal(name, "the queue is owned by "+a.Owner)
 			}
@@ -265,7 +287,7 @@ func (c *Cluster) sealQueue(st *control.State, name string) error {
 		if err != nil {
 			return err
 		}
-		seals[i] = control.Seal{End: res.End, LastEpoch: res.LastEpoch, Witness: res.Witness && !res.NoCopy}
+		seals[i] = control.Seal{End: res.End, LastEpoch: res.LastEpoch, Witness: res.Witness && !res.NoCopy, NoCopy: res.NoCopy}
 	}
 	r := c.node.propose(ctx, control.Command{Op: control.OpSeal, Seal: &control.SealReport{
 		Queue: name, Epoch: epoch, Node: c.node.opts.ID, Seals: seals, At: time.Now().UnixNano()}})
@@ -294,6 +316,9 @@ func (c *Cluster) install(st *control.State, name string) error {
 	c.fo.mu.Unlock()
 	// The newest state: serve ignores one older than a state it acted on.
 	if err := c.serve(c.node.State(), name); err != nil {
+		c.fo.mu.Lock()
+		delete(c.fo.installs, name) // the next pass tries again
+		c.fo.mu.Unlock()
 		return err
 	}
 	c.log.Warn("this node now owns the queue", "queue", name, "epoch", as[0].Epoch)

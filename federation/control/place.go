@@ -12,8 +12,8 @@ import (
 // same log.
 //
 //   - place: a new queue's owner is the member owning the fewest
-//     partitions; each partition's followers are the members hosting the
-//     fewest replicas.
+//     partitions; its followers, the same for every partition, are the
+//     members hosting the fewest replicas.
 //   - fill: when a member joins or the replicas setting rises, every
 //     partition with fewer copies than the cluster now places gains
 //     followers by the same rule. The owner and the epoch stay: the epoch
@@ -23,9 +23,10 @@ import (
 //     replica_buffered:2 on three.
 
 // place spreads a new queue: its owner is the member owning the fewest
-// partitions (every partition of a queue has the same owner in part 1, so
-// a node serves a queue whole), each partition's followers are those
-// hosting the fewest replicas.
+// partitions (every partition of a queue has the same owner, so a node
+// serves a queue whole), and its followers, the same for every partition
+// (a recovery installs one owner for all of them, from the copies they
+// share), are those hosting the fewest replicas.
 //
 // owner, when not empty, is the owner to use instead (a queue and its
 // dead-letter queue share a node: see colocate).
@@ -37,15 +38,11 @@ func (s *State) place(queue string, partitions, replicas int, p Policy, owner st
 		owner = ids[0]
 	}
 	others := slices.DeleteFunc(ids, func(id string) bool { return id == owner })
+	byLoad(others, hosted)
+	followers := others[:replicas-1]
 	out := make([]Assignment, partitions)
 	for part := range out {
-		byLoad(others, hosted)
-		followers := slices.Clone(others[:replicas-1])
-		hosted[owner]++
-		for _, f := range followers {
-			hosted[f]++
-		}
-		out[part] = Assignment{Queue: queue, Partition: part, Owner: owner, Followers: followers, Epoch: 1, Policy: p}
+		out[part] = Assignment{Queue: queue, Partition: part, Owner: owner, Followers: slices.Clone(followers), Epoch: 1, Policy: p}
 	}
 	return out
 }
@@ -60,23 +57,34 @@ func (s *State) fill() {
 	_, hosted := s.load()
 	for _, name := range slices.Sorted(maps.Keys(s.Assignments)) {
 		as := s.Assignments[name]
+		if len(as) == 0 {
+			continue
+		}
+		// A queue's partitions share their copies (one owner serves the
+		// queue whole, and a recovery installs one owner for all of them):
+		// the first partition's decide for every one.
+		a0 := as[0]
+		lack := want - a0.Replicas()
+		if lack <= 0 || a0.Sealing { // a recovery counts the copies it started with
+			continue
+		}
+		var free []string
+		for id := range s.Members {
+			if id != a0.Owner && !slices.Contains(a0.Followers, id) {
+				free = append(free, id)
+			}
+		}
+		byLoad(free, hosted)
+		add := free[:min(lack, len(free))]
+		for _, f := range add {
+			hosted[f] += len(as)
+		}
 		for i := range as {
 			a := &as[i]
-			lack := want - a.Replicas()
-			if lack <= 0 || a.Sealing { // a recovery counts the copies it started with
-				continue
-			}
-			var free []string
-			for id := range s.Members {
-				if id != a.Owner && !slices.Contains(a.Followers, id) {
-					free = append(free, id)
-				}
-			}
-			byLoad(free, hosted)
-			add := free[:min(lack, len(free))]
-			a.Followers = append(slices.Clip(a.Followers), add...)
 			for _, f := range add {
-				hosted[f]++
+				if !slices.Contains(a.Followers, f) && f != a.Owner {
+					a.Followers = append(slices.Clip(a.Followers), f)
+				}
 			}
 			// A default policy is a majority of the copies there are.
 			if q := s.Queues[name]; q.DefaultPolicy {

@@ -45,6 +45,8 @@ type Seal struct {
 	// created empty after the queue had records (a wiped data directory,
 	// a new follower) is no witness until it has caught up.
 	Witness bool `json:"witness"`
+	// NoCopy: the node holds no copy at all.
+	NoCopy bool `json:"no_copy,omitempty"`
 }
 
 // Failover records a queue's latest recovery: who owned it, who owns it
@@ -144,14 +146,23 @@ func (s *State) seal(r SealReport) error {
 		sl.Node = r.Node
 		a.Seals = append(a.Seals, sl)
 	}
-	for _, a := range as {
-		if a.Witnesses() < a.SealsNeeded() {
-			return nil
+	var winner string
+	switch {
+	case neverWritten(as):
+		// Every copy sealed and none exists: the queue never had a
+		// record anywhere (its owner was down from the declare on).
+		// Nothing can be lost; its placement's owner starts it afresh.
+		winner = as[0].Owner
+	default:
+		for _, a := range as {
+			if a.Witnesses() < a.SealsNeeded() {
+				return nil
+			}
 		}
-	}
-	winner, ok := pickOwner(as)
-	if !ok {
-		return nil // no witness is best in every partition: wait for more seals
+		var ok bool
+		if winner, ok = pickOwner(as); !ok {
+			return nil // no witness is best in every partition: wait for more seals
+		}
 	}
 	for i := range as {
 		a := &as[i]
@@ -171,6 +182,22 @@ func (s *State) seal(r SealReport) error {
 	}
 	s.Queues[r.Queue] = q
 	return nil
+}
+
+// neverWritten reports whether every copy of every partition sealed and
+// none of them exists.
+func neverWritten(as []Assignment) bool {
+	for _, a := range as {
+		if len(a.Seals) < a.Replicas() {
+			return false
+		}
+		for _, sl := range a.Seals {
+			if !sl.NoCopy {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // pickOwner is the witness whose copy is best in every partition: the

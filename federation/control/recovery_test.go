@@ -98,3 +98,52 @@ func TestRecoveryWithOneCopyIsTheOwnerAlone(t *testing.T) {
 		t.Fatalf("after its own seal: %+v", a)
 	}
 }
+
+// A queue whose copies all sealed with no copy anywhere never had a record:
+// its placement's owner starts it afresh rather than the queue waiting for
+// witnesses that cannot exist. One copy missing is not enough.
+func TestRecoveryOfAQueueNeverWritten(t *testing.T) {
+	s := threeMembers(t)
+	as := declareQ(t, s, Policy{Kind: ReplicaDurable, N: 2})
+	e, owner := as[0].Epoch, as[0].Owner
+	if err := s.recover(Recover{Queue: "q", Epoch: e}); err != nil {
+		t.Fatal(err)
+	}
+	none := Seal{NoCopy: true}
+	sealAll(t, s, as[0].Followers[0], e+1, none, none)
+	sealAll(t, s, as[0].Followers[1], e+1, none, none)
+	if !s.Assignments["q"][0].Sealing {
+		t.Fatal("installed with one copy not sealed")
+	}
+	sealAll(t, s, owner, e+1, none, none)
+	if a := s.Assignments["q"][1]; a.Sealing || a.Owner != owner || a.Epoch != e+1 {
+		t.Fatalf("after every copy sealed empty: %+v", a)
+	}
+}
+
+// A queue's partitions share their copies: one owner is installed for
+// all of them from the copies they have in common.
+func TestPartitionsShareTheirCopies(t *testing.T) {
+	s := threeMembers(t)
+	if err := s.addMember(Member{ID: "n4", ClusterAddr: "n4:7000"}); err != nil {
+		t.Fatal(err)
+	}
+	s.Applied = 10
+	if _, _, err := s.declare(appliance.QueueConfig{Name: "wide", Partitions: 4}, Policy{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	as := s.Assignments["wide"]
+	for _, a := range as[1:] {
+		if !slices.Equal(a.Copies(), as[0].Copies()) {
+			t.Fatalf("partition %d has copies %v, partition 0 %v", a.Partition, a.Copies(), as[0].Copies())
+		}
+	}
+	if err := s.setSettings(map[string]string{"replicas": "4"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range s.Assignments["wide"] {
+		if a.Replicas() != 4 || !slices.Equal(a.Copies(), s.Assignments["wide"][0].Copies()) {
+			t.Fatalf("after replicas=4, partition %d has copies %v", a.Partition, a.Copies())
+		}
+	}
+}

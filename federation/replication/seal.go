@@ -126,8 +126,10 @@ func (f *Follower) Seal(ctx context.Context, id CopyID, epoch uint64) (SealResul
 	if err != nil {
 		return SealResult{}, fmt.Errorf("seal %s: %w", id, err)
 	}
-	if h == nil && end > r.log.Head() {
-		witness = false // records of no known instance
+	if h == nil {
+		// No instance ever wrote here, or its records are of no known
+		// one (a crash between creating the copy and marking it).
+		witness = false
 	}
 	return SealResult{End: end, LastEpoch: h.LastEpoch(end), Witness: witness}, nil
 }
