@@ -110,7 +110,7 @@ func (f *Follower) Seal(ctx context.Context, id CopyID, epoch uint64) (SealResul
 	}
 	if err := seal(); err != nil {
 		f.opts.Logger.Warn("copy cannot seal; reopening it, which cuts it back to its last sync", "copy", id.String(), "err", err)
-		if err := f.reopen(r); err != nil {
+		if err := f.reopen(r, nil); err != nil {
 			return SealResult{}, fmt.Errorf("seal %s: reopen: %w", id, err)
 		}
 		if err := seal(); err != nil {
@@ -134,9 +134,15 @@ func (f *Follower) Seal(ctx context.Context, id CopyID, epoch uint64) (SealResul
 	return SealResult{End: end, LastEpoch: h.LastEpoch(end), Witness: witness}, nil
 }
 
-// reopen closes r's log and opens it again (its stream is r's caller's).
-func (f *Follower) reopen(r *replica) error {
+// reopen closes r's log and opens it again (its stream is r's caller's),
+// after cut when one is given.
+func (f *Follower) reopen(r *replica, cut func() error) error {
 	_ = r.log.Close()
+	if cut != nil {
+		if err := cut(); err != nil {
+			return err
+		}
+	}
 	f.mu.Lock()
 	interval := f.interval
 	f.mu.Unlock()
@@ -153,21 +159,7 @@ func (f *Follower) reopen(r *replica) error {
 // cutBack drops the copy's records from offset at on, crash safe
 // (wal.CutBack): they are past where it diverges from the owner's log.
 func (f *Follower) cutBack(r *replica, at uint64) error {
-	_ = r.log.Close()
-	if err := wal.CutBack(f.opts.FS, f.copyDir(r.id), at); err != nil {
-		return err
-	}
-	f.mu.Lock()
-	interval := f.interval
-	f.mu.Unlock()
-	log, err := f.openLog(r.id, interval)
-	if err != nil {
-		return err
-	}
-	f.mu.Lock()
-	r.log = log
-	f.mu.Unlock()
-	return nil
+	return f.reopen(r, func() error { return wal.CutBack(f.opts.FS, f.copyDir(r.id), at) })
 }
 
 // Release closes this node's copy of a partition and forgets it, leaving

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -185,15 +184,7 @@ func (e *clusterEnv) verify(ctx context.Context, queues []QueueSpec) Report {
 			e.t.Fatalf("drain %s on %s: %v\nschedule:\n%s", q.Name, e.ids[i], err, strings.Join(e.sched, "\n"))
 		}
 	}
-	rep, err := VerifyHistory(e.h.Path(), queues)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Logf("seed %d, schedule:\n%s\nreport:\n%s", e.seed, strings.Join(e.sched, "\n"), rep)
-	if f := rep.Failures(); len(f) > 0 {
-		e.t.Fatalf("%d failures (seed %d); history %s", len(f), e.seed, e.h.Path())
-	}
-	return rep
+	return judge(e.t, e.h, queues, e.seed, e.sched)
 }
 
 // Cluster case 1: the owner of a queue is SIGKILLed under load while its
@@ -296,17 +287,7 @@ func ownerFaultCase(t *testing.T, prefix string, fault func(ctx context.Context,
 // confirmed. At the end the checker runs, and every follower's copy must
 // reach its owner's end.
 func TestClusterSoak(t *testing.T) {
-	if os.Getenv("FIBRIL_SOAK") == "" {
-		t.Skip("cluster soak: set FIBRIL_SOAK=1 (make cluster-soak)")
-	}
-	dur := 5 * time.Minute
-	if s := os.Getenv("FIBRIL_SOAK_DURATION"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			t.Fatalf("FIBRIL_SOAK_DURATION=%q: %v", s, err)
-		}
-		dur = d
-	}
+	dur := soakDuration(t, "make cluster-soak", 5*time.Minute)
 	ctx := caseCtx(t, dur+5*time.Minute)
 	e := newClusterEnv(t, ctx, "xfs")
 	rng := rand.New(rand.NewPCG(e.seed, 0xc1a5))

@@ -154,13 +154,20 @@ func (e *caseEnv) verify(ctx context.Context, queues []QueueSpec) Report {
 	if _, err := Drain(ctx, e.h, e.b.Addr(), e.b.Admin(), queues); err != nil {
 		e.t.Fatalf("drain: %v\nschedule:\n%s", err, strings.Join(e.sched, "\n"))
 	}
-	rep, err := VerifyHistory(e.h.Path(), queues)
+	return judge(e.t, e.h, queues, e.seed, e.sched)
+}
+
+// judge checks the whole history, logs the schedule and the report, and
+// fails t on any failure the queues' promises forbid.
+func judge(t *testing.T, h *History, queues []QueueSpec, seed uint64, sched []string) Report {
+	t.Helper()
+	rep, err := VerifyHistory(h.Path(), queues)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
-	e.t.Logf("seed %d, schedule:\n%s\nreport:\n%s", e.seed, strings.Join(e.sched, "\n"), rep)
+	t.Logf("seed %d, schedule:\n%s\nreport:\n%s", seed, strings.Join(sched, "\n"), rep)
 	if f := rep.Failures(); len(f) > 0 {
-		e.t.Fatalf("%d failures (seed %d); history %s", len(f), e.seed, e.h.Path())
+		t.Fatalf("%d failures (seed %d); history %s", len(f), seed, h.Path())
 	}
 	return rep
 }

@@ -17,18 +17,26 @@ import (
 // power cut every 20 to 60 s. Every 5 s it logs the confirm rate, the
 // durable lag (the oldest unsynced record's age, per queue), the daemon's
 // RSS and open files, and the disk in use; at the end the checker runs.
-func TestSoak(t *testing.T) {
+// soakDuration skips t unless FIBRIL_SOAK is set (target names the make
+// target that sets it) and returns FIBRIL_SOAK_DURATION, or def.
+func soakDuration(t *testing.T, target string, def time.Duration) time.Duration {
+	t.Helper()
 	if os.Getenv("FIBRIL_SOAK") == "" {
-		t.Skip("soak: set FIBRIL_SOAK=1 (make soak)")
+		t.Skipf("soak: set FIBRIL_SOAK=1 (%s)", target)
 	}
-	dur := 10 * time.Minute
-	if s := os.Getenv("FIBRIL_SOAK_DURATION"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			t.Fatalf("FIBRIL_SOAK_DURATION=%q: %v", s, err)
-		}
-		dur = d
+	s := os.Getenv("FIBRIL_SOAK_DURATION")
+	if s == "" {
+		return def
 	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatalf("FIBRIL_SOAK_DURATION=%q: %v", s, err)
+	}
+	return d
+}
+
+func TestSoak(t *testing.T) {
+	dur := soakDuration(t, "make soak", 10*time.Minute)
 	ctx := caseCtx(t, dur+5*time.Minute)
 	e := newCaseEnvSize(t, ctx, "xfs", 2<<30, "--storage.segment_size", "4MiB", "--storage.checkpoint_delay", "1s")
 	queues := bothModes("soak")
