@@ -41,19 +41,18 @@ func (c *Cluster) Owner(queue string) (id, addr string, ok bool) {
 		}
 	}
 	c.node.read(lookup)
-	if known && (!settled || (!ok && !c.serving(queue))) {
+	if !known {
+		ctx, cancel := context.WithTimeout(context.Background(), lookupWait)
+		defer cancel()
+		if c.node.waitFor(ctx, func(s *control.State) bool { _, found := s.Assignments[queue]; return found }) != nil {
+			return "", "", false
+		}
+		c.node.read(lookup)
+	}
+	if !settled || (!ok && !c.serving(queue)) {
 		c.waitSettled(queue)
 		c.node.read(lookup)
 	}
-	if known {
-		return id, addr, ok
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), lookupWait)
-	defer cancel()
-	if c.node.waitFor(ctx, func(s *control.State) bool { _, found := s.Assignments[queue]; return found }) != nil {
-		return "", "", false
-	}
-	c.node.read(lookup)
 	return id, addr, ok
 }
 

@@ -89,7 +89,7 @@ func TestClusterOfThreeProcesses(t *testing.T) {
 	via, through := others[0], others[1]
 	consumer, err := clients[through].Consume(ctx, "orders", 200)
 	if err != nil {
-		t.Fatalf("consume through %s (owner %s): %v", through, owner, err)
+		t.Fatalf("consume through %s (owner %s): %v\n%s", through, owner, err, procs[owner].Log())
 	}
 	defer consumer.Close()
 	const n = 2000
