@@ -440,6 +440,8 @@ func (f *Follower) Close() error {
 		c.Close()
 	}
 	f.wg.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	var errs []error
 	for _, r := range f.replicas {
 		errs = append(errs, r.log.Close())

@@ -93,6 +93,15 @@ func caughtUp(fs vfs.FS, dir string, durable uint64) (bool, error) {
 // synced and reported again. A latched copy is reopened first, which cuts
 // it back to its last sync: only durable records are evidence.
 func (f *Follower) Seal(ctx context.Context, id CopyID, epoch uint64) (SealResult, error) {
+	// Close waits for a seal under way, as for a stream.
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return SealResult{}, fmt.Errorf("seal %s: follower closed", id)
+	}
+	f.wg.Add(1)
+	f.mu.Unlock()
+	defer f.wg.Done()
 	dir := f.copyDir(id)
 	if _, err := f.opts.FS.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return SealResult{NoCopy: true}, nil
@@ -169,7 +178,7 @@ func (f *Follower) Release(queue string, partition int) error {
 	key := replicaKey(queue, partition)
 	f.mu.Lock()
 	r, ok := f.replicas[key]
-	if !ok {
+	if !ok || f.closed {
 		f.mu.Unlock()
 		return nil
 	}
