@@ -72,6 +72,8 @@ func (c *Cluster) checkHello(s *control.State, h replication.Hello) (final bool,
 	}
 	a := as[h.Partition]
 	switch {
+	case a.Sealing && a.Incarnation == h.Incarnation && a.TailTo == me && a.TailFrom == h.Owner && a.Epoch == h.Epoch:
+		return true, nil // the better tail this node takes before it owns the queue
 	case a.Sealing && a.Incarnation == h.Incarnation:
 		return false, fmt.Errorf("%s/%d is recovering at epoch %d: no owner streams until it is installed", h.Queue, h.Partition, a.Epoch)
 	case a.Incarnation != h.Incarnation:

@@ -58,6 +58,8 @@ type failover struct {
 	installs map[string]uint64
 	// asked: the epoch a recovery was asked to leave, per queue.
 	asked map[string]uint64
+	// started: the tail streams and re-seals started, by key.
+	started map[string]bool
 	// serving: the queues the local broker serves; served closes and is
 	// replaced whenever that changes.
 	serving map[string]bool
@@ -65,7 +67,7 @@ type failover struct {
 }
 
 func newFailover() *failover {
-	return &failover{sealed: map[string]uint64{}, installs: map[string]uint64{}, asked: map[string]uint64{},
+	return &failover{sealed: map[string]uint64{}, installs: map[string]uint64{}, asked: map[string]uint64{}, started: map[string]bool{},
 		serving: map[string]bool{}, served: make(chan struct{})}
 }
 
@@ -242,6 +244,7 @@ func (c *Cluster) recoverQueues() {
 			case a.Sealing && c.fo.sealedAt(name) < a.Epoch:
 				err = c.sealQueue(st, name)
 			case a.Sealing:
+				c.shipTails(st, name)
 			case a.Owner == me && c.fo.sealedAt(name) == a.Epoch && !c.installedAt(name, a.Epoch):
 				err = c.install(st, name)
 			case a.Owner == me && !c.installedAt(name, a.Epoch) && !c.freshQueue(st, name) && !c.brokerHas(name):
@@ -299,6 +302,144 @@ func (c *Cluster) sealQueue(st *control.State, name string) error {
 	c.fo.mu.Unlock()
 	c.log.Info("queue sealed for recovery", "queue", name, "epoch", epoch, "seals", seals)
 	return nil
+}
+
+// shipTails does this node's part when a recovery has the queue's chosen
+// owner take better tails (control.Assignment.TailFrom): it streams each
+// partition's tail it holds to the chosen owner, and, as the chosen
+// owner, seals again once it holds every tail. Each is started once per
+// epoch and ends with the recovery.
+func (c *Cluster) shipTails(st *control.State, name string) {
+	as := st.Assignments[name]
+	me, epoch := c.node.opts.ID, as[0].Epoch
+	for i, a := range as {
+		if a.TailFrom == me && a.TailTo != "" {
+			c.startOnce(fmt.Sprintf("tail %s/%d@%d", name, i, epoch), func(stop <-chan struct{}) {
+				c.sendTail(st, name, i, epoch, stop)
+			})
+		}
+	}
+	if slices.ContainsFunc(as, func(a control.Assignment) bool { return a.TailTo == me }) {
+		c.startOnce(fmt.Sprintf("reseal %s@%d", name, epoch), func(stop <-chan struct{}) {
+			c.resealAfterTails(st, name, epoch, stop)
+		})
+	}
+}
+
+// startOnce runs f in the background once per key; its stop channel
+// closes when the queue's recovery at the key's epoch is over or the node
+// closes.
+func (c *Cluster) startOnce(key string, f func(stop <-chan struct{})) {
+	c.fo.mu.Lock()
+	if c.fo.started[key] {
+		c.fo.mu.Unlock()
+		return
+	}
+	c.fo.started[key] = true
+	c.fo.mu.Unlock()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f(c.stop)
+	}()
+}
+
+// recoveryOver reports whether the recovery of queue at epoch ended.
+func (c *Cluster) recoveryOver(queue string, epoch uint64) bool {
+	over := true
+	c.node.read(func(s *control.State) {
+		as := s.Assignments[queue]
+		over = len(as) == 0 || !as[0].Sealing || as[0].Epoch != epoch
+	})
+	return over
+}
+
+// sendTail streams this node's sealed copy of queue's partition to the
+// chosen owner until it holds all of it or the recovery ends.
+func (c *Cluster) sendTail(st *control.State, queue string, partition int, epoch uint64, stop <-chan struct{}) {
+	a := st.Assignments[queue][partition]
+	id := replication.CopyID{Queue: queue, Incarnation: a.Incarnation, Partition: partition}
+	log, ok := c.follower.Log(queue, partition)
+	if !ok {
+		c.log.Error("no open copy to send the tail of", "queue", queue, "partition", partition)
+		return
+	}
+	h, err := c.follower.CopyHistory(id)
+	if err != nil {
+		c.log.Error("cannot read the copy's history to send its tail", "queue", queue, "partition", partition, "err", err)
+		return
+	}
+	gate := replication.NewGate(replication.Written, 1, []string{a.TailTo})
+	s := replication.StartSender(replication.SenderOptions{
+		Hello: replication.Hello{Epoch: epoch, Incarnation: a.Incarnation, Durability: st.Queues[queue].Config.Durability,
+			Partition: uint32(partition), Queue: queue, Owner: c.node.opts.ID, History: h},
+		Follower: a.TailTo, Addr: st.Members[a.TailTo].ClusterAddr, Dial: c.node.DialReplica,
+		Log: log, Gate: gate, Logger: c.log,
+	})
+	defer s.Close()
+	c.log.Warn("sending a partition's better tail to the queue's next owner", "queue", queue, "partition", partition,
+		"to", a.TailTo, "end", log.WrittenNext())
+	for !c.recoveryOver(queue, epoch) {
+		changed := c.node.Changed()
+		select {
+		case <-changed:
+		case <-stop:
+			return
+		}
+	}
+}
+
+// resealAfterTails, on the chosen owner, seals and reports again once its
+// copy of every partition it takes a tail of reaches the end its source
+// reported.
+func (c *Cluster) resealAfterTails(st *control.State, name string, epoch uint64, stop <-chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	me := c.node.opts.ID
+	for i, a := range st.Assignments[name] {
+		if a.TailTo != me {
+			continue
+		}
+		var end uint64
+		for _, sl := range a.Seals {
+			if sl.Node == a.TailFrom {
+				end = sl.End
+			}
+		}
+		for {
+			log, ok := c.follower.Log(name, i)
+			if ok {
+				if _, err := log.WaitWritten(ctx, end); err == nil {
+					break
+				}
+			}
+			if ctx.Err() != nil || c.recoveryOver(name, epoch) {
+				return
+			}
+			select { // the copy is being reopened: look again at the next change
+			case <-c.node.Changed():
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+	if c.recoveryOver(name, epoch) {
+		return
+	}
+	c.fo.mu.Lock()
+	c.fo.sealed[name] = 0 // seal again
+	c.fo.mu.Unlock()
+	if err := c.sealQueue(c.node.State(), name); err != nil {
+		c.log.Error("sealing again after taking the better tails failed", "queue", name, "err", err)
+	}
 }
 
 // install makes this node the queue's owner at the epoch a recovery

@@ -274,3 +274,58 @@ func TestWholeSitePowerCut(t *testing.T) {
 		})
 	}
 }
+
+// The followers of a two-partition queue are each ahead on a different
+// partition when the owner is lost: A's copy of partition 1 and B's of
+// partition 0 stopped taking records (their disks refused writes) while
+// the owner confirmed on itself and the other follower. No copy is best
+// in both partitions, so the recovery picks one to own the queue, which
+// takes the other partition's better tail from the copy holding it and
+// seals again; then it is installed, with every confirmed record of both
+// partitions.
+func TestRecoveryShipsTheBetterTail(t *testing.T) {
+	nodes := startNodes(t, 3, nodeOptions{})
+	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "wide", Durability: appliance.Buffered, Partitions: 2}, "replica_buffered:2")
+	as := nodes.assignments(t, "wide")
+	fa, fb := nodes[as[0].Followers[0]], nodes[as[0].Followers[1]]
+	// A key for each partition.
+	keys := map[int]string{}
+	for i := 0; len(keys) < 2; i++ {
+		k := fmt.Sprint("k", i)
+		cf, err := owner.broker.Publish(t.Context(), "wide", appliance.Message{Key: k, Body: []byte("shared " + k)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := keys[cf.Partition]; !ok {
+			keys[cf.Partition] = k
+		}
+	}
+	nodes.copiesMatch(t, "wide", (*wal.Log).WrittenNext)
+	fa.copyFault.Arm(fa.cluster.LogDir("wide", 1))
+	fb.copyFault.Arm(fb.cluster.LogDir("wide", 0))
+	for part, k := range keys {
+		for i := range 10 {
+			if _, err := owner.broker.Publish(t.Context(), "wide", appliance.Message{Key: k, Body: []byte(fmt.Sprint("confirmed ", part, " ", i))}); err != nil {
+				t.Fatalf("publish to partition %d with one follower's copy failing: %v", part, err)
+			}
+		}
+	}
+	var want [][]wal.Record
+	for part := range 2 {
+		ol, _ := owner.cluster.OwnerLog("wide", part)
+		want = append(want, waltest.Records(t, ol, ol.WrittenNext()))
+	}
+	owner.close()
+	fa.copyFault.Disarm()
+	fb.copyFault.Disarm()
+	next := nodes.servedAfter(t, "wide", as[0].Epoch)
+	for part := range 2 {
+		l, _ := next.cluster.OwnerLog("wide", part)
+		have := waltest.Records(t, l, l.WrittenNext())
+		for i, w := range want[part] {
+			if i >= len(have) || have[i].Offset != w.Offset || !bytes.Equal(have[i].Payload, w.Payload) {
+				t.Fatalf("partition %d: confirmed record %d missing or changed on the new owner %s", part, w.Offset, next.id)
+			}
+		}
+	}
+}

@@ -86,7 +86,8 @@ type clusterNode struct {
 	replicaFS   vfs.FS
 	syncs       *syncprobe.Probe
 	removed     *removals
-	fault       fault // the broker's storage failures
+	fault       fault      // the broker's storage failures
+	copyFault   writeFault // the copies' failing writes
 
 	// Set while open.
 	cluster  *Cluster
@@ -148,13 +149,39 @@ func (f *fault) inject(op errorfs.Op) error {
 	return errInjectedSync
 }
 
+// writeFault fails every write to a file under a directory of the
+// node's copies while armed: a copy whose disk refuses writes latches.
+type writeFault struct {
+	mu  sync.Mutex
+	dir string
+}
+
+func (f *writeFault) Arm(dir string) { f.mu.Lock(); f.dir = dir; f.mu.Unlock() }
+func (f *writeFault) Disarm()        { f.Arm("") }
+
+func (f *writeFault) inject(op errorfs.Op) error {
+	switch op.Kind {
+	case errorfs.OpFileWrite, errorfs.OpFileWriteAt:
+	default:
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.dir == "" || !strings.HasPrefix(op.Path, f.dir) {
+		return nil
+	}
+	return errInjectedWrite
+}
+
+var errInjectedWrite = errors.New("injected write failure")
+
 // useFS puts the node's queues and copies on fs, the copies through the
 // sync probe and the removal recorder.
 func (n *clusterNode) useFS(fs *vfs.MemFS) {
 	n.fs, n.removed = fs, &removals{}
 	var gated vfs.FS
 	n.syncs, gated = syncprobe.New(fs, func(string) bool { return true })
-	n.replicaFS = errorfs.Wrap(gated, errorfs.InjectorFunc(n.removed.record))
+	n.replicaFS = errorfs.Wrap(errorfs.Wrap(gated, errorfs.InjectorFunc(n.removed.record)), errorfs.InjectorFunc(n.copyFault.inject))
 }
 
 // powerCut cuts the node's power: what its queues and copies had not

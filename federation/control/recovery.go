@@ -28,7 +28,11 @@ import (
 //     sealed set, so every confirmed record is on a sealed witness. The
 //     witness with the best history in every partition (epoch of the last
 //     record, then end) becomes the owner at e+1; the other copies follow
-//     it and cut back to where they diverge from it.
+//     it and cut back to where they diverge from it. When no witness is
+//     best in every partition, the one best in the most is chosen and
+//     takes each other partition's better tail from the witness holding
+//     it (TailFrom, TailTo: a stream at e+1 from that copy), then seals
+//     again, and is installed once it is best everywhere.
 //
 // W is never lowered to get there: with too few live witnesses the queue
 // stays sealing, and its status says how many it has and needs.
@@ -139,11 +143,16 @@ func (s *State) seal(r SealReport) error {
 	}
 	for i := range as {
 		a := &as[i]
-		if slices.ContainsFunc(a.Seals, func(x Seal) bool { return x.Node == r.Node }) {
-			return nil
-		}
 		sl := r.Seals[i]
 		sl.Node = r.Node
+		// A node seals again once it took a better tail (TailTo): its
+		// report replaces the one before, never going back.
+		if j := slices.IndexFunc(a.Seals, func(x Seal) bool { return x.Node == r.Node }); j >= 0 {
+			if old := a.Seals[j]; sl.Witness && (sl.LastEpoch > old.LastEpoch || sl.LastEpoch == old.LastEpoch && sl.End > old.End) {
+				a.Seals[j] = sl
+			}
+			continue
+		}
 		a.Seals = append(a.Seals, sl)
 	}
 	var winner string
@@ -161,7 +170,8 @@ func (s *State) seal(r SealReport) error {
 		}
 		var ok bool
 		if winner, ok = pickOwner(as); !ok {
-			return nil // no witness is best in every partition: wait for more seals
+			shipTails(as)
+			return nil // the chosen owner takes the better tails, then seals again
 		}
 	}
 	for i := range as {
@@ -173,6 +183,7 @@ func (s *State) seal(r SealReport) error {
 			}
 		}
 		a.Owner, a.Followers, a.Sealing = winner, followers, false
+		a.TailFrom, a.TailTo = "", ""
 	}
 	q := s.Queues[r.Queue]
 	if q.LastFailover != nil {
@@ -182,6 +193,66 @@ func (s *State) seal(r SealReport) error {
 	}
 	s.Queues[r.Queue] = q
 	return nil
+}
+
+// shipTails, when no witness is best in every partition, picks the
+// witness best in the most partitions (in pickOwner's order) to own the
+// queue, and names for every partition where it is not the best the best
+// witness it takes that partition's tail from. It changes nothing once
+// chosen.
+func shipTails(as []Assignment) {
+	if as[0].TailTo != "" {
+		return
+	}
+	order := slices.Sorted(slices.Values(as[0].Followers))
+	order = append(order, as[0].Owner)
+	best := func(a Assignment) (Seal, bool) {
+		var b Seal
+		found := false
+		for _, n := range order {
+			i := slices.IndexFunc(a.Seals, func(x Seal) bool { return x.Node == n })
+			if i < 0 || !a.Seals[i].Witness {
+				continue
+			}
+			if sl := a.Seals[i]; !found || betterSeal(sl, b) > 0 {
+				b, found = sl, true
+			}
+		}
+		return b, found
+	}
+	target, most := "", -1
+	for _, n := range order {
+		wins := 0
+		for _, a := range as {
+			i := slices.IndexFunc(a.Seals, func(x Seal) bool { return x.Node == n })
+			if i < 0 || !a.Seals[i].Witness {
+				wins = -1
+				break
+			}
+			if b, ok := best(a); ok && betterSeal(b, a.Seals[i]) == 0 {
+				wins++
+			}
+		}
+		if wins > most {
+			target, most = n, wins
+		}
+	}
+	if most < 0 {
+		return // no witness of every partition: wait for more seals
+	}
+	for i := range as {
+		a := &as[i]
+		j := slices.IndexFunc(a.Seals, func(x Seal) bool { return x.Node == target })
+		if b, ok := best(*a); ok && betterSeal(b, a.Seals[j]) > 0 {
+			a.TailFrom, a.TailTo = b.Node, target
+		}
+	}
+}
+
+// betterSeal compares two copies' histories: the epoch of the last
+// record, then the end.
+func betterSeal(x, y Seal) int {
+	return cmp.Or(cmp.Compare(x.LastEpoch, y.LastEpoch), cmp.Compare(x.End, y.End))
 }
 
 // neverWritten reports whether every copy of every partition sealed and
@@ -206,7 +277,7 @@ func neverWritten(as []Assignment) bool {
 // last: whatever made the queue fail over (a latched log, a power cut, a
 // node that stopped answering) may strike it again.
 func pickOwner(as []Assignment) (string, bool) {
-	better := func(x, y Seal) int { return cmp.Or(cmp.Compare(x.LastEpoch, y.LastEpoch), cmp.Compare(x.End, y.End)) }
+	better := betterSeal
 	candidates := slices.Sorted(slices.Values(as[0].Followers))
 	candidates = append(candidates, as[0].Owner)
 	for _, n := range candidates {

@@ -80,6 +80,11 @@ type Assignment struct {
 	// are the copies' reports so far.
 	Sealing bool   `json:"sealing,omitempty"`
 	Seals   []Seal `json:"seals,omitempty"`
+	// TailFrom and TailTo, while sealing: no witness is best in every
+	// partition, so TailTo, the one chosen to own the queue, takes this
+	// partition's better tail from TailFrom's copy and seals again.
+	TailFrom string `json:"tail_from,omitempty"`
+	TailTo   string `json:"tail_to,omitempty"`
 }
 
 // Replicas is the partition's copy count, owner included.

@@ -171,6 +171,11 @@ func (f *Follower) cutBack(r *replica, at uint64) error {
 	return f.reopen(r, func() error { return wal.CutBack(f.opts.FS, f.copyDir(r.id), at) })
 }
 
+// CopyHistory is the history of this node's copy id.
+func (f *Follower) CopyHistory(id CopyID) (History, error) {
+	return LoadHistory(f.opts.FS, f.copyDir(id))
+}
+
 // Release closes this node's copy of a partition and forgets it, leaving
 // its directory: the node's broker opens it as the owner's log. A stream
 // feeding it ends.
