@@ -56,9 +56,8 @@ type failover struct {
 	// installs: the epoch this node may serve each queue at: one it won a
 	// recovery of, or the first epoch of a queue it saw declared.
 	installs map[string]uint64
-	// asked: the epoch a recovery was asked to leave, per queue.
-	asked map[string]uint64
-	// started: the tail streams and re-seals started, by key.
+	// started: the recoveries asked for, tail streams and re-seals
+	// started, by key (startOnce).
 	started map[string]bool
 	// serving: the queues the local broker serves; served closes and is
 	// replaced whenever that changes.
@@ -67,7 +66,7 @@ type failover struct {
 }
 
 func newFailover() *failover {
-	return &failover{sealed: map[string]uint64{}, installs: map[string]uint64{}, asked: map[string]uint64{}, started: map[string]bool{},
+	return &failover{sealed: map[string]uint64{}, installs: map[string]uint64{}, started: map[string]bool{},
 		serving: map[string]bool{}, served: make(chan struct{})}
 }
 
@@ -164,23 +163,14 @@ func (c *Cluster) installedAt(queue string, epoch uint64) bool {
 // is asked once per epoch; the control state ignores it once the queue
 // has moved on.
 func (c *Cluster) askRecovery(queue string, epoch uint64, reason string) {
-	c.fo.mu.Lock()
-	if c.fo.asked[queue] >= epoch {
-		c.fo.mu.Unlock()
-		return
-	}
-	c.fo.asked[queue] = epoch
-	c.fo.mu.Unlock()
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
+	c.startOnce(fmt.Sprintf("recover %s@%d", queue, epoch), func(stop <-chan struct{}) {
 		select {
 		case <-c.node.Replayed():
-		case <-c.stop:
+		case <-stop:
 			return
 		}
 		c.proposeRecovery(queue, epoch, reason)
-	}()
+	})
 }
 
 // proposeRecovery proposes that queue leave epoch, retrying while no
