@@ -1,6 +1,7 @@
 package acceptance
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fibril-edge/fibril/wal"
 )
 
 // Cluster cases (docs/reliability.md, "Cluster failover"): three fibrild
@@ -79,6 +82,11 @@ func newClusterEnv(t *testing.T, ctx context.Context, fs string) *clusterEnv {
 			"--cluster.node_id", id, "--cluster.listen", ports[i], "--cluster.peers", strings.Join(peers, ","),
 			"--cluster.bootstrap", "true", "--storage.segment_size", "1MiB"}}
 		t.Cleanup(b.Kill) // before the loop file system's Close
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("%s's last log lines:\n%s", id, lastLogLines(b, 80))
+			}
+		})
 		e.nodes, e.ids, e.loops = append(e.nodes, b), append(e.ids, id), append(e.loops, l)
 	}
 	var addrs []string
@@ -362,6 +370,67 @@ func TestClusterSoak(t *testing.T) {
 	rep := e.verify(ctx, queues)
 	if len(rep.Lost) != 0 {
 		t.Fatalf("%d faults lost %d confirmed messages", faults, len(rep.Lost))
+	}
+	e.copiesIdentical(queues)
+}
+
+// copiesIdentical stops every node and compares, for every partition,
+// the logs the nodes hold of it (owned or followed, all under
+// replicas/<queue>/<incarnation>/<partition>): the same end, and the same
+// records from the highest head on.
+func (e *clusterEnv) copiesIdentical(queues []QueueSpec) {
+	e.t.Helper()
+	for i, b := range e.nodes {
+		if err := b.Stop(30 * time.Second); err != nil {
+			e.t.Fatalf("stop %s: %v", e.ids[i], err)
+		}
+	}
+	for _, q := range queues {
+		for part := range max(q.Partitions, 1) {
+			var logs []*wal.Log
+			var names []string
+			for i, b := range e.nodes {
+				dirs, err := filepath.Glob(filepath.Join(b.DataDir, "replicas", q.Name, "*", fmt.Sprint(part)))
+				if err != nil || len(dirs) != 1 {
+					e.t.Fatalf("%s's logs of %s/%d: %v %v", e.ids[i], q.Name, part, dirs, err)
+				}
+				l, err := wal.Open(dirs[0], wal.Options{SegmentSize: 1 << 20}) // the nodes run with 1 MiB segments
+				if err != nil {
+					e.t.Fatalf("open %s: %v", dirs[0], err)
+				}
+				defer l.Close()
+				logs, names = append(logs, l), append(names, e.ids[i])
+			}
+			from, end := uint64(0), logs[0].WrittenNext()
+			for i, l := range logs {
+				from = max(from, l.Head())
+				if l.WrittenNext() != end {
+					e.t.Fatalf("%s/%d ends at %d on %s, at %d on %s", q.Name, part, l.WrittenNext(), names[i], end, names[0])
+				}
+			}
+			for next := from; next < end; {
+				want, err := logs[0].ReadWritten(next, 1<<20)
+				if err != nil || len(want) == 0 {
+					e.t.Fatalf("read %s/%d at %d on %s: %v", q.Name, part, next, names[0], err)
+				}
+				for i, l := range logs[1:] {
+					have, err := l.ReadWritten(next, 1<<20)
+					if err != nil || len(have) < len(want) {
+						have, err = l.ReadWritten(next, 4<<20)
+					}
+					if err != nil || len(have) < len(want) {
+						e.t.Fatalf("read %s/%d at %d on %s: %d records, %v", q.Name, part, next, names[i+1], len(have), err)
+					}
+					for j := range want {
+						if have[j].Offset != want[j].Offset || have[j].Type != want[j].Type || !bytes.Equal(have[j].Payload, want[j].Payload) {
+							e.t.Fatalf("%s/%d offset %d differs between %s and %s", q.Name, part, want[j].Offset, names[0], names[i+1])
+						}
+					}
+				}
+				next = want[len(want)-1].Offset + 1
+			}
+			e.schedule("%s/%d: identical on every node from %d to %d", q.Name, part, from, end)
+		}
 	}
 }
 
