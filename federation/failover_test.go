@@ -328,4 +328,7 @@ func TestRecoveryShipsTheBetterTail(t *testing.T) {
 			}
 		}
 	}
+	// Every copy, the old owner's too once it is back, ends identical.
+	owner.restart(t)
+	nodes.copiesMatch(t, "wide", (*wal.Log).WrittenNext)
 }
