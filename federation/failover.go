@@ -142,16 +142,6 @@ func (c *Cluster) freshQueue(st *control.State, name string) bool {
 	return len(as) > 0 && q.LastFailover == nil && as[0].Epoch == 1 && c.node.Fresh(q.Incarnation)
 }
 
-// brokerHas reports whether the local broker has queue name open.
-func (c *Cluster) brokerHas(name string) bool {
-	b := c.boundBroker()
-	if b == nil {
-		return true // not bound yet: the broker's own queues are not known
-	}
-	_, err := b.QueueInfo(name)
-	return !errors.Is(err, appliance.ErrNotFound)
-}
-
 // installedAt reports whether this node may write queue at epoch.
 func (c *Cluster) installedAt(queue string, epoch uint64) bool {
 	c.fo.mu.Lock()
@@ -237,11 +227,15 @@ func (c *Cluster) recoverQueues() {
 				c.shipTails(st, name)
 			case a.Owner == me && c.fo.sealedAt(name) == a.Epoch && !c.installedAt(name, a.Epoch):
 				err = c.install(st, name)
-			case a.Owner == me && !c.installedAt(name, a.Epoch) && !c.freshQueue(st, name) && !c.brokerHas(name):
-				// This node owns the queue but holds no open log of it:
-				// it restarted between its seal and serving, or lost its
-				// data. Nothing here asks for a recovery otherwise.
-				c.askRecovery(name, a.Epoch, "the owner holds no open log of the queue (it restarted before it served it)")
+			case a.Owner == me && !c.installedAt(name, a.Epoch) && !c.freshQueue(st, name):
+				// This process owns the queue at an epoch it was never
+				// installed in: the node restarted after it sealed, or
+				// after it served the queue, or lost its data. It can
+				// never write at this epoch (a reopened log is a new
+				// instance), whether or not its broker opened the
+				// queue again at start, so only a recovery moves the
+				// queue on.
+				c.askRecovery(name, a.Epoch, "the owner restarted: a new instance never resumes writing at its old end")
 			case a.Owner != me:
 				err = c.releaseLocal(name, "the queue is owned by "+a.Owner)
 			}

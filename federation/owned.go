@@ -76,7 +76,17 @@ func (c *Cluster) followAssignments() {
 // follow starts a stream for every follower of the current assignment
 // that has none, after adding it to the gate (the stream's first report
 // must find it there).
+//
+// It acts only on the replayed state: while a restarted node applies its
+// raft log again, the states it passes through are history (an owner
+// long replaced, a recovery long over), and acting on one would fence
+// the partition for good.
 func (op *ownedPartition) follow() {
+	select {
+	case <-op.c.node.Replayed():
+	default:
+		return // the change that ends the replay calls follow again
+	}
 	var a control.Assignment
 	addrs := map[string]string{}
 	op.c.node.read(func(s *control.State) {
