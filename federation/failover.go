@@ -274,7 +274,8 @@ func (c *Cluster) sealQueue(st *control.State, name string) error {
 		if err != nil {
 			return err
 		}
-		seals[i] = control.Seal{End: res.End, LastEpoch: res.LastEpoch, Witness: res.Witness && !res.NoCopy, NoCopy: res.NoCopy}
+		seals[i] = control.Seal{End: res.End, LastEpoch: res.LastEpoch, Witness: res.Witness && !res.NoCopy,
+			Cut: res.Cut && !res.NoCopy, Acked: res.Acked, NoCopy: res.NoCopy}
 	}
 	r := c.node.propose(ctx, control.Command{Op: control.OpSeal, Seal: &control.SealReport{
 		Queue: name, Epoch: epoch, Node: c.node.opts.ID, Seals: seals, At: time.Now().UnixNano()}})

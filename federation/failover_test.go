@@ -162,9 +162,10 @@ func TestWipedCopyIsNoWitness(t *testing.T) {
 		return len(as) > 0 && as[0].Sealing && len(as[0].Seals) == 2
 	})
 	as := behind.cluster.Node().State().Assignments["w"]
-	if !as[0].Sealing || as[0].Witnesses() != 1 {
+	mode := behind.cluster.Node().State().Queues["w"].Config.Durability
+	if !as[0].Sealing || as[0].Witnesses(mode) != 1 {
 		t.Fatalf("recovery with the wiped copy: sealing %v, %d witnesses of %d needed: %+v",
-			as[0].Sealing, as[0].Witnesses(), as[0].SealsNeeded(), as[0].Seals)
+			as[0].Sealing, as[0].Witnesses(mode), as[0].SealsNeeded(), as[0].Seals)
 	}
 
 	owner.restart(t)
@@ -272,6 +273,72 @@ func TestWholeSitePowerCut(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A whole-site power cut of a buffered queue whose followers had synced
+// less than its owner: the followers come back first, shorter, and cut
+// (their processes restarted, so they may have lost what they had
+// written). Two cut seals are not the E-W+1 a buffered queue needs (a
+// confirm's written set may have been the owner and one of them), so the
+// recovery waits for every copy, and the owner's longer durable history
+// wins once it is back: nothing any copy synced is lost.
+func TestWholeSiteCutWaitsForEveryCopy(t *testing.T) {
+	nodes := startNodes(t, 3, nodeOptions{})
+	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "site", Durability: appliance.Buffered}, "replica_buffered:2")
+	a := nodes.assignments(t, "site")[0]
+	publishN(t, owner.broker, "site", "early", 10)
+	nodes.copiesMatch(t, "site", (*wal.Log).DurableNext)
+	for _, f := range a.Followers {
+		nodes[f].syncs.Shut() // written from here on, never synced
+	}
+	publishN(t, owner.broker, "site", "owner-synced", 20)
+	ol, _ := owner.cluster.OwnerLog("site", 0)
+	if err := ol.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	want := waltest.Records(t, ol, ol.DurableNext())
+	ids := []string{owner.id, a.Followers[0], a.Followers[1]}
+	var survived []*vfs.MemFS
+	for _, id := range ids {
+		survived = append(survived, nodes[id].fs.CrashClone(vfs.CrashCloneCfg{}))
+	}
+	for _, id := range ids {
+		nodes[id].syncs.Open() // the held syncs reach the old file system, which is gone
+		nodes[id].close()
+	}
+	for i, id := range ids[1:] {
+		nodes[id].useFS(survived[i+1])
+		nodes[id].restart(t)
+	}
+	f := nodes[a.Followers[0]]
+	await.Within(t, time.Minute, "both followers to seal", func() bool {
+		as := f.cluster.Node().State().Assignments["site"]
+		return len(as) > 0 && as[0].Sealing && len(as[0].Seals) == 2
+	})
+	sealing := f.cluster.Node().State().Assignments["site"][0]
+	for _, sl := range sealing.Seals {
+		if !sl.Cut || sl.End >= uint64(len(want)) {
+			t.Fatalf("a follower back from the power cut sealed %+v: want a cut copy shorter than the owner's %d", sl, len(want))
+		}
+	}
+	if !sealing.Sealing || sealing.Witnesses(appliance.Buffered) != 0 {
+		t.Fatalf("installed on two cut copies of a buffered queue: %+v", sealing)
+	}
+
+	nodes[owner.id].useFS(survived[0])
+	nodes[owner.id].restart(t)
+	next := nodes.servedAfter(t, "site", a.Epoch)
+	if next.id != owner.id {
+		t.Fatalf("%s owns the queue, want %s, whose copy synced the most", next.id, owner.id)
+	}
+	publishN(t, next.broker, "site", "after", 5)
+	for _, have := range nodes.copiesMatch(t, "site", (*wal.Log).WrittenNext) {
+		for i, w := range want {
+			if i >= len(have) || have[i].Offset != w.Offset || !bytes.Equal(have[i].Payload, w.Payload) {
+				t.Fatalf("record %d, synced on the owner before the cut, missing or changed after the recovery", w.Offset)
+			}
+		}
 	}
 }
 

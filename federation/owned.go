@@ -138,10 +138,13 @@ func (op *ownedPartition) follow() {
 			boundary = replication.Written
 		}
 		op.gate, op.epoch = replication.NewGate(boundary, a.Policy.Required(1), nil), a.Epoch
+		// From here on this process writes every record of the log
+		// itself: it is live (replication/seal.go) until it latches.
+		op.c.follower.MarkLive(op.copyID(a.Incarnation))
 		close(op.ready)
 		op.c.fo.setServing(op.queue, true)
 		op.c.wg.Add(1)
-		go op.watchLatch(a.Epoch)
+		go op.watchLatch(a.Epoch, a.Incarnation)
 	}
 	var added []string
 	for _, f := range a.Followers {
@@ -178,7 +181,7 @@ func (op *ownedPartition) follow() {
 // storage failure: the owner can confirm nothing more, and the reopen
 // that cuts it back to its last sync happens as it seals with the
 // others.
-func (op *ownedPartition) watchLatch(epoch uint64) {
+func (op *ownedPartition) watchLatch(epoch, incarnation uint64) {
 	defer op.c.wg.Done()
 	select {
 	case <-op.log.Latched():
@@ -187,8 +190,13 @@ func (op *ownedPartition) watchLatch(epoch uint64) {
 	case <-op.c.stop:
 		return
 	}
+	op.c.follower.MarkCut(op.copyID(incarnation)) // a failed sync may have dropped what it wrote
 	op.fence("the owner's log latched after a storage failure")
 	op.c.askRecovery(op.queue, epoch, "the owner's log latched after a storage failure")
+}
+
+func (op *ownedPartition) copyID(incarnation uint64) replication.CopyID {
+	return replication.CopyID{Queue: op.queue, Incarnation: incarnation, Partition: op.partition}
 }
 
 // fence stops the partition writing for good and ends its streams.

@@ -29,7 +29,7 @@ func (c *Cluster) View() admin.ClusterView {
 		for _, a := range st.Assignments[name] {
 			pv := admin.ClusterPartition{Partition: a.Partition, Owner: a.Owner, Followers: a.Followers, Epoch: a.Epoch, Reads: a.Describe(q.Config.Durability)}
 			if a.Sealing {
-				pv.Recovering, pv.Sealed, pv.SealsNeeded = true, a.Witnesses(), a.SealsNeeded()
+				pv.Recovering, pv.Sealed, pv.SealsNeeded = true, a.Witnesses(q.Config.Durability), a.SealsNeeded()
 			}
 			if op, g := c.ownedGate(name, a.Partition); g != nil {
 				if ceil := g.Ceiling(); ceil != ^uint64(0) { // unbounded: the owner alone suffices

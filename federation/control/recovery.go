@@ -25,7 +25,11 @@ import (
 //     caught up) reports as no witness.
 //  3. Once E-W+1 witnesses of every partition have sealed (E the copies,
 //     W the policy's count), every written set of epoch e meets the
-//     sealed set, so every confirmed record is on a sealed witness. The
+//     sealed set, so every confirmed record is on a sealed witness. For
+//     a buffered queue only live witnesses count (Seal.Cut): a copy
+//     whose process restarted may have lost what it had written and not
+//     synced. With too few live ones (every copy lost power at once) the
+//     recovery waits for every copy (Assignment.Installable). The
 //     witness with the best history in every partition (epoch of the last
 //     record, then end) becomes the owner at e+1; the other copies follow
 //     it and cut back to where they diverge from it. When no witness is
@@ -49,8 +53,29 @@ type Seal struct {
 	// created empty after the queue had records (a wiped data directory,
 	// a new follower) is no witness until it has caught up.
 	Witness bool `json:"witness"`
+	// Cut: the copy may have lost records it acknowledged as written but
+	// had not synced: the node's process opened it from disk (a restart,
+	// a power cut) or reopened it after a storage failure, and no stream
+	// has made it complete since. It holds every durable record it
+	// acknowledged, so it is a witness for a durable queue; a buffered
+	// queue confirms on written copies, and there it counts toward
+	// E-W+1 only when it is not cut.
+	Cut bool `json:"cut,omitempty"`
+	// Acked, on a copy that is not cut, is the written end it had
+	// acknowledged: End, or more when the seal reopened it after a
+	// storage failure, which cut it back to its last sync. Such a copy
+	// counts for a buffered queue while another sealed copy holds what it
+	// lost.
+	Acked uint64 `json:"acked,omitempty"`
 	// NoCopy: the node holds no copy at all.
 	NoCopy bool `json:"no_copy,omitempty"`
+}
+
+// counts reports whether the seal counts toward E-W+1 on a queue of
+// mode, when the best sealed history ends at best: every record the copy
+// acknowledged is on it or on that history.
+func (sl Seal) counts(mode appliance.Durability, best uint64) bool {
+	return sl.Witness && (Boundary(mode) == "durable" || !sl.Cut && sl.Acked <= best)
 }
 
 // Failover records a queue's latest recovery: who owned it, who owns it
@@ -93,15 +118,42 @@ func (a Assignment) SealsNeeded() int {
 	return max(e-a.Policy.Required(e)+1, 1)
 }
 
-// Witnesses counts the witness seals a partition has.
-func (a Assignment) Witnesses() int {
+// Witnesses counts the seals a partition of a queue of mode has that
+// count toward E-W+1.
+func (a Assignment) Witnesses(mode appliance.Durability) int {
+	var best Seal
+	for _, s := range a.Seals {
+		if s.Witness && betterSeal(s, best) > 0 {
+			best = s
+		}
+	}
 	n := 0
 	for _, s := range a.Seals {
-		if s.Witness {
+		if s.counts(mode, best.End) {
 			n++
 		}
 	}
 	return n
+}
+
+// Installable reports whether the partition's seals let the recovery
+// install an owner: E-W+1 of them count (every written set of the old
+// epoch meets them), or every copy sealed as a witness, some of them
+// cut. That happens when a buffered queue lost power on too many copies
+// at once (a whole-site power cut): no copy is known to still hold what
+// it had written, so the recovery waits for all of them, and the best
+// of every copy's durable history (the longest surviving one) wins.
+func (a Assignment) Installable(mode appliance.Durability) bool {
+	if a.Witnesses(mode) >= a.SealsNeeded() {
+		return true
+	}
+	witnesses := 0
+	for _, s := range a.Seals {
+		if s.Witness {
+			witnesses++
+		}
+	}
+	return witnesses >= a.Replicas()
 }
 
 // recover starts a recovery of r.Queue at r.Epoch+1. It is a no-op when
@@ -148,7 +200,9 @@ func (s *State) seal(r SealReport) error {
 		// A node seals again once it took a better tail (TailTo): its
 		// report replaces the one before, never going back.
 		if j := slices.IndexFunc(a.Seals, func(x Seal) bool { return x.Node == r.Node }); j >= 0 {
-			if old := a.Seals[j]; sl.Witness && (sl.LastEpoch > old.LastEpoch || sl.LastEpoch == old.LastEpoch && sl.End > old.End) {
+			// A seal synced what the copy had, so a later report that
+			// is cut (the node restarted since) loses nothing of it.
+			if old := a.Seals[j]; sl.Witness && (betterSeal(sl, old) > 0 || betterSeal(sl, old) == 0 && old.Cut && !sl.Cut) {
 				a.Seals[j] = sl
 			}
 			continue
@@ -163,8 +217,9 @@ func (s *State) seal(r SealReport) error {
 		// Nothing can be lost; its placement's owner starts it afresh.
 		winner = as[0].Owner
 	default:
+		mode := s.Queues[r.Queue].Config.Durability
 		for _, a := range as {
-			if a.Witnesses() < a.SealsNeeded() {
+			if !a.Installable(mode) {
 				return nil
 			}
 		}

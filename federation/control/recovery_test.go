@@ -46,8 +46,8 @@ func TestRecoveryInstallsTheBestWitnessOnceESubWPlusOneSealed(t *testing.T) {
 	// A copy that is no witness (wiped, catching up) does not count either.
 	sealAll(t, s, f2, e+1, Seal{End: 500, LastEpoch: e, Witness: false}, Seal{End: 500, LastEpoch: e, Witness: false})
 	sealAll(t, s, f1, e+1, Seal{End: 40, LastEpoch: e, Witness: true}, Seal{End: 7, LastEpoch: e, Witness: true})
-	if a := s.Assignments["q"][0]; !a.Sealing || a.Witnesses() != 1 {
-		t.Fatalf("installed with %d witnesses of %d needed", a.Witnesses(), a.SealsNeeded())
+	if a := s.Assignments["q"][0]; !a.Sealing || a.Witnesses(appliance.Buffered) != 1 {
+		t.Fatalf("installed with %d witnesses of %d needed", a.Witnesses(appliance.Buffered), a.SealsNeeded())
 	}
 	// The old owner, back after a power cut with a longer log of an older
 	// epoch, loses to the newer epoch's shorter one.
@@ -60,6 +60,111 @@ func TestRecoveryInstallsTheBestWitnessOnceESubWPlusOneSealed(t *testing.T) {
 	lf := s.Queues["q"].LastFailover
 	if lf == nil || lf.From != old || lf.To != f1 || lf.Epoch != e+1 || lf.StartedAt != 1 {
 		t.Fatalf("last failover %+v", lf)
+	}
+}
+
+// A buffered queue confirms on copies that wrote a record, not synced it:
+// a copy whose process restarted (Cut) may have lost such records, so it
+// does not count toward E-W+1. With too few live copies the recovery
+// waits for every copy and installs the longest durable history; a
+// durable queue counts cut copies, which keep what they synced.
+func TestBufferedRecoveryCountsOnlyLiveWitnesses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		kind PolicyKind
+		// installedAfterFollowers: installed on the followers' seals
+		// (one live, one cut) without the old owner's.
+		installedAfterFollowers bool
+	}{
+		{"buffered", ReplicaBuffered, false},
+		{"durable", ReplicaDurable, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := threeMembers(t)
+			mode := appliance.Buffered
+			if tc.kind == ReplicaDurable {
+				mode = appliance.Durable
+			}
+			s.Applied = 10
+			if _, _, err := s.declare(appliance.QueueConfig{Name: "q", Partitions: 2, Durability: mode}, Policy{Kind: tc.kind, N: 2}, nil); err != nil {
+				t.Fatal(err)
+			}
+			as := s.Assignments["q"]
+			old, e := as[0].Owner, as[0].Epoch
+			if err := s.recover(Recover{Queue: "q", Epoch: e}); err != nil {
+				t.Fatal(err)
+			}
+			f1, f2 := as[0].Followers[0], as[0].Followers[1]
+			sealAll(t, s, f1, e+1, Seal{End: 10, LastEpoch: e, Witness: true, Cut: true}, Seal{End: 10, LastEpoch: e, Witness: true, Cut: true})
+			sealAll(t, s, f2, e+1, Seal{End: 20, LastEpoch: e, Witness: true}, Seal{End: 20, LastEpoch: e, Witness: true})
+			a := s.Assignments["q"][0]
+			if installed := !a.Sealing; installed != tc.installedAfterFollowers {
+				t.Fatalf("after one cut and one live follower seal: installed %v, want %v (%d of %d counted)",
+					installed, tc.installedAfterFollowers, a.Witnesses(mode), a.SealsNeeded())
+			}
+			if tc.installedAfterFollowers {
+				if a.Owner != f2 {
+					t.Fatalf("owner %s, want the longest copy %s", a.Owner, f2)
+				}
+				return
+			}
+			if a.Witnesses(mode) != 1 {
+				t.Fatalf("%d seals counted, want the live one only", a.Witnesses(mode))
+			}
+			// The old owner, back after the power cut with the most it
+			// had synced: every copy has sealed, and its history wins.
+			sealAll(t, s, old, e+1, Seal{End: 30, LastEpoch: e, Witness: true, Cut: true}, Seal{End: 30, LastEpoch: e, Witness: true, Cut: true})
+			for i, a := range s.Assignments["q"] {
+				if a.Sealing || a.Owner != old || a.Epoch != e+1 {
+					t.Fatalf("partition %d after every copy sealed: %+v", i, a)
+				}
+			}
+		})
+	}
+}
+
+// A seal syncs what the copy holds: the report of a node that restarted
+// after it sealed (now cut) does not take the place of its live one.
+func TestLaterCutSealKeepsTheLiveOne(t *testing.T) {
+	s := threeMembers(t)
+	as := declareQ(t, s, Policy{Kind: ReplicaBuffered, N: 2})
+	e := as[0].Epoch
+	if err := s.recover(Recover{Queue: "q", Epoch: e}); err != nil {
+		t.Fatal(err)
+	}
+	f1 := as[0].Followers[0]
+	sealAll(t, s, f1, e+1, Seal{End: 10, LastEpoch: e, Witness: true}, Seal{End: 10, LastEpoch: e, Witness: true})
+	sealAll(t, s, f1, e+1, Seal{End: 10, LastEpoch: e, Witness: true, Cut: true}, Seal{End: 10, LastEpoch: e, Witness: true, Cut: true})
+	if a := s.Assignments["q"][0]; a.Witnesses(appliance.Buffered) != 1 || a.Seals[0].Cut {
+		t.Fatalf("the later cut report replaced the live one: %+v", a.Seals)
+	}
+}
+
+// A live copy that a storage failure cut back at its seal knows what it
+// had acknowledged (Acked): it counts only while another sealed copy
+// holds that far.
+func TestCutBackCopyCountsWhileAnotherHoldsWhatItLost(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		otherEnd  uint64
+		installed bool
+	}{{"other holds it", 50, true}, {"nobody holds it", 30, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := threeMembers(t)
+			as := declareQ(t, s, Policy{Kind: ReplicaBuffered, N: 2})
+			e := as[0].Epoch
+			if err := s.recover(Recover{Queue: "q", Epoch: e}); err != nil {
+				t.Fatal(err)
+			}
+			f1, f2 := as[0].Followers[0], as[0].Followers[1]
+			cutBack := Seal{End: 20, LastEpoch: e, Witness: true, Acked: 40}
+			other := Seal{End: tc.otherEnd, LastEpoch: e, Witness: true, Acked: tc.otherEnd}
+			sealAll(t, s, f1, e+1, cutBack, cutBack)
+			sealAll(t, s, f2, e+1, other, other)
+			if a := s.Assignments["q"][0]; a.Sealing == tc.installed {
+				t.Fatalf("installed %v, want %v: %+v", !a.Sealing, tc.installed, a)
+			}
+		})
 	}
 }
 

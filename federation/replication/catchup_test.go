@@ -425,3 +425,53 @@ func TestSplitBatch(t *testing.T) {
 		})
 	}
 }
+
+// A copy is live (its seal not cut) only once a stream has brought it to
+// the owner's end in this process: opened again from disk by a new
+// process it may have lost what it had not synced, and it seals cut until
+// a stream makes it complete again.
+func TestCopyIsLiveOnceCaughtUp(t *testing.T) {
+	owner, err := wal.Open("owner", wal.Options{FS: vfs.NewMem(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close()
+	appendRecords(t, owner, 0, 100, wal.AfterFlush)
+	fs := vfs.NewMem()
+	id := CopyID{Queue: "q", Partition: 0}
+	follow := func(f *Follower, epoch uint64) {
+		gate := NewGate(Written, 2, []string{"f1"})
+		s := StartSender(SenderOptions{Hello: Hello{Epoch: epoch, Queue: "q"}, Follower: "f1", Addr: serveFollower(t, f),
+			Dial: dialTCP, Log: owner, Gate: gate, Logger: quiet})
+		defer s.Close()
+		waitGate(t, gate, owner.WrittenNext())
+	}
+	seal := func(f *Follower, epoch uint64) SealResult {
+		res, err := f.Seal(t.Context(), id, epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+
+	f := NewFollower(FollowerOptions{Dir: "r", FS: fs, Logger: quiet})
+	follow(f, 1)
+	if res := seal(f, 2); res.Cut || res.End != 100 || res.Acked != 100 {
+		t.Fatalf("seal of a copy that caught up in this process: %+v, want live at 100", res)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A new process: the same copy, opened from disk.
+	f = NewFollower(FollowerOptions{Dir: "r", FS: fs, Logger: quiet})
+	defer f.Close()
+	if res := seal(f, 3); !res.Cut {
+		t.Fatalf("seal of a copy opened from disk by a new process: %+v, want cut", res)
+	}
+	appendRecords(t, owner, 100, 10, wal.AfterFlush)
+	follow(f, 4)
+	if res := seal(f, 5); res.Cut || res.End != 110 {
+		t.Fatalf("seal after a stream brought the copy to the owner's end: %+v, want live at 110", res)
+	}
+}

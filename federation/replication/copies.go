@@ -208,6 +208,7 @@ func (f *Follower) remove(r *replica) error {
 	if key := replicaKey(r.id.Queue, r.id.Partition); f.replicas[key] == r {
 		delete(f.replicas, key)
 	}
+	delete(f.live, r.id)
 	close(r.removing)
 	f.mu.Unlock()
 	if rerr != nil {

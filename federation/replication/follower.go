@@ -65,10 +65,11 @@ type Follower struct {
 	ctx    context.Context // ends at Close: Accept stops waiting
 	cancel context.CancelFunc
 
-	// mu guards replicas, closed and interval; a copy is opened, and one
-	// that is not open is removed, under it (see copies.go).
+	// mu guards replicas, live, closed and interval; a copy is opened,
+	// and one that is not open is removed, under it (see copies.go).
 	mu       sync.Mutex
 	replicas map[string]*replica
+	live     map[CopyID]bool // the copies complete in this process (seal.go)
 	closed   bool
 	interval time.Duration  // the copies' background sync interval
 	wg       sync.WaitGroup // streams and removals under way
@@ -86,7 +87,8 @@ func NewFollower(o FollowerOptions) *Follower {
 		o.PullBytes = DefaultPullBytes
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Follower{opts: o, ctx: ctx, cancel: cancel, replicas: map[string]*replica{}, interval: o.BackgroundSyncInterval}
+	return &Follower{opts: o, ctx: ctx, cancel: cancel, replicas: map[string]*replica{},
+		live: map[CopyID]bool{}, interval: o.BackgroundSyncInterval}
 }
 
 // SetBackgroundSyncInterval changes the background sync interval of every
@@ -185,8 +187,9 @@ func (f *Follower) Serve(c net.Conn) {
 	completions := make(chan pendingAppend, 256)
 	var pullOwed atomic.Bool // a catch-up batch is appending; its Pull is not sent yet
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); f.checkAppends(c, w, completions, &pullOwed) }()
+	go func() { defer wg.Done(); f.liveAt(ctx, r.id, log, h.End) }()
 	go func() { defer wg.Done(); f.watch(ctx, w, log, hello, false, "") }()
 	go func() { defer wg.Done(); f.watch(ctx, w, log, hello, true, dir) }()
 	// On return: no more appends, stop the watcher, wait for both.

@@ -34,8 +34,65 @@ const catchUpUnknown = math.MaxUint64
 type SealResult struct {
 	End       uint64 // durable end after the seal's sync
 	LastEpoch uint64 // the epoch of the record before End
-	Witness   bool   // holds every record it ever acknowledged
-	NoCopy    bool   // this node holds no copy of the partition
+	Witness   bool   // holds every record it ever acknowledged durable
+	// Cut: the copy may have lost records it acknowledged as written but
+	// had not synced, and nobody knows how many: it was not live (see
+	// MarkLive) when the seal began.
+	Cut bool
+	// Acked, when not Cut, is the written end the copy had acknowledged
+	// before the seal: End, or more when the seal had to reopen it after
+	// a storage failure, which cut it back to its last sync.
+	Acked  uint64
+	NoCopy bool // this node holds no copy of the partition
+}
+
+// A copy is live while this process holds every record the copy ever
+// acknowledged, unsynced ones included: since this process made it
+// complete, nothing reopened it. A copy becomes live when a stream
+// brings it to the owner's written end at the stream's start (everything
+// the owner had then, and so everything it had confirmed), and when this
+// node is installed as its owner (MarkLive: the owner writes every record
+// itself). Opening it from disk does not make it live: a power cut before
+// that open may have dropped what it had not synced. Reopening it after a
+// storage failure, or cutting it back, ends it (MarkCut).
+//
+// Liveness lives in memory only, on purpose: a restart is exactly what
+// may have lost the unsynced tail. A buffered queue's recovery counts
+// only live witnesses toward E-W+1 (a written set meets them in a copy
+// that still holds its records), and waits for every copy when too few
+// are live (control.Assignment.Installable).
+
+// MarkLive records that this process holds every record of copy id.
+func (f *Follower) MarkLive(id CopyID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.live[id] = true
+}
+
+// MarkCut records that copy id may have lost unsynced records.
+func (f *Follower) MarkCut(id CopyID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.live, id)
+}
+
+func (f *Follower) isLive(id CopyID) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.live[id]
+}
+
+// liveAt makes copy id live once log, fed by a stream whose owner had
+// written up to end when it started, holds everything before end.
+func (f *Follower) liveAt(ctx context.Context, id CopyID, log *wal.Log, end uint64) {
+	if _, err := log.WaitWritten(ctx, end); err != nil {
+		return
+	}
+	select {
+	case <-log.Latched(): // it may have lost what it wrote
+	default:
+		f.MarkLive(id)
+	}
 }
 
 // MarkCatchUp writes dir's catch-up marker (to: the owner's end it must
@@ -111,6 +168,7 @@ func (f *Follower) Seal(ctx context.Context, id CopyID, epoch uint64) (SealResul
 		return SealResult{}, fmt.Errorf("seal %s: %w", id, err)
 	}
 	defer f.detach(r, done)
+	live, acked := f.isLive(id), r.log.WrittenNext()
 	seal := func() error {
 		if err := r.log.Seal(ctx, epoch); err != nil && !errors.Is(err, wal.ErrEpochNotAdvanced) {
 			return err
@@ -140,12 +198,17 @@ func (f *Follower) Seal(ctx context.Context, id CopyID, epoch uint64) (SealResul
 		// one (a crash between creating the copy and marking it).
 		witness = false
 	}
-	return SealResult{End: end, LastEpoch: h.LastEpoch(end), Witness: witness}, nil
+	res := SealResult{End: end, LastEpoch: h.LastEpoch(end), Witness: witness, Cut: !live}
+	if live {
+		res.Acked = max(acked, end)
+	}
+	return res, nil
 }
 
 // reopen closes r's log and opens it again (its stream is r's caller's),
 // after cut when one is given.
 func (f *Follower) reopen(r *replica, cut func() error) error {
+	f.MarkCut(r.id)
 	_ = r.log.Close()
 	if cut != nil {
 		if err := cut(); err != nil {
