@@ -277,14 +277,23 @@ func (c *Cluster) sealQueue(st *control.State, name string) error {
 		seals[i] = control.Seal{End: res.End, LastEpoch: res.LastEpoch, Witness: res.Witness && !res.NoCopy,
 			Cut: res.Cut && !res.NoCopy, Acked: res.Acked, NoCopy: res.NoCopy}
 	}
+	// Sealed before the report is proposed: the apply that installs this
+	// node may come before propose returns, and recoverQueues must then
+	// install, not take the queue for one this process never sealed.
+	c.fo.mu.Lock()
+	before := c.fo.sealed[name]
+	c.fo.sealed[name] = epoch
+	c.fo.mu.Unlock()
 	r := c.node.propose(ctx, control.Command{Op: control.OpSeal, Seal: &control.SealReport{
 		Queue: name, Epoch: epoch, Node: c.node.opts.ID, Seals: seals, At: time.Now().UnixNano()}})
 	if r.Err != nil {
+		c.fo.mu.Lock()
+		if c.fo.sealed[name] == epoch {
+			c.fo.sealed[name] = before // seal and report again
+		}
+		c.fo.mu.Unlock()
 		return fmt.Errorf("report seals: %w", r.Err)
 	}
-	c.fo.mu.Lock()
-	c.fo.sealed[name] = epoch
-	c.fo.mu.Unlock()
 	c.log.Info("queue sealed for recovery", "queue", name, "epoch", epoch, "seals", seals)
 	return nil
 }

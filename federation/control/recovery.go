@@ -138,22 +138,18 @@ func (a Assignment) Witnesses(mode appliance.Durability) int {
 
 // Installable reports whether the partition's seals let the recovery
 // install an owner: E-W+1 of them count (every written set of the old
-// epoch meets them), or every copy sealed as a witness, some of them
-// cut. That happens when a buffered queue lost power on too many copies
-// at once (a whole-site power cut): no copy is known to still hold what
-// it had written, so the recovery waits for all of them, and the best
-// of every copy's durable history (the longest surviving one) wins.
+// epoch meets them), or every copy has sealed and one of them is a
+// witness. The second happens when a buffered queue lost power on too
+// many copies at once (a whole-site power cut): no copy is known to
+// still hold what it had written, so the recovery waits for all of
+// them; with every copy's durable end reported, waiting longer cannot
+// bring back more, and the best witness's history (the longest
+// surviving one) wins.
 func (a Assignment) Installable(mode appliance.Durability) bool {
 	if a.Witnesses(mode) >= a.SealsNeeded() {
 		return true
 	}
-	witnesses := 0
-	for _, s := range a.Seals {
-		if s.Witness {
-			witnesses++
-		}
-	}
-	return witnesses >= a.Replicas()
+	return len(a.Seals) >= a.Replicas() && slices.ContainsFunc(a.Seals, func(s Seal) bool { return s.Witness })
 }
 
 // recover starts a recovery of r.Queue at r.Epoch+1. It is a no-op when
