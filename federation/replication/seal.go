@@ -85,7 +85,10 @@ func (f *Follower) isLive(id CopyID) bool {
 // liveAt makes copy id live once log, fed by a stream whose owner had
 // written up to end when it started, holds everything before end.
 func (f *Follower) liveAt(ctx context.Context, id CopyID, log *wal.Log, end uint64) {
-	if _, err := log.WaitWritten(ctx, end); err != nil {
+	// The stream may end (ctx) as the copy gets there: look at the log
+	// itself, which the stream holds open until this returns.
+	_, _ = log.WaitWritten(ctx, end)
+	if log.WrittenNext() < end {
 		return
 	}
 	select {

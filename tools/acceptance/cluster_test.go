@@ -228,6 +228,73 @@ func TestClusterOwnerPowerCut(t *testing.T) {
 	})
 }
 
+// Cluster case 3: every node's image loses its power at once under load.
+// Durable: nothing confirmed may be lost. Buffered: only what no copy had
+// synced, judged against the owner's durable frontier recorded right
+// before the cut: no copy knows any more what it had written, so the
+// recovery waits for every copy and keeps the longest surviving history.
+// The queues then serve again and every copy ends identical.
+func TestClusterSitePowerCut(t *testing.T) {
+	ctx := caseCtx(t, 4*time.Minute)
+	e := newClusterEnv(t, ctx, "xfs")
+	queues := bothModes("site")
+	r, err := StartLoad(ctx, LoadOptions{Addr: e.addrs, History: e.h, Queues: queues,
+		Seed: e.seed, Prefix: "site", Rate: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	if err := r.WaitConfirmed(ctx, r.Counts().Confirmed+600); err != nil {
+		t.Fatalf("before the cut: %v", err)
+	}
+	epochs := map[string]uint64{}
+	for _, q := range queues {
+		i, epoch := e.owner(ctx, q.Name, 0)
+		epochs[q.Name] = epoch
+		if err := RecordFrontiers(ctx, e.h, e.nodes[i].Admin(), []QueueSpec{q}); err != nil {
+			t.Fatalf("frontiers of %s on its owner %s: %v", q.Name, e.ids[i], err)
+		}
+	}
+	e.h.CutBegins()
+	for i := range e.nodes {
+		if err := e.loops[i].PowerCut(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range e.nodes {
+		e.nodes[i].Kill()
+	}
+	e.h.Fault("power cut of every node")
+	e.schedule("power cut of every node")
+	for i := range e.nodes {
+		if err := e.loops[i].Unmount(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.loops[i].Mount(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.h.Restart()
+	for i := range e.nodes {
+		if err := e.nodes[i].Start(ctx); err != nil {
+			t.Fatalf("restart %s: %v", e.ids[i], err)
+		}
+	}
+	e.schedule("every node restarted")
+	for _, q := range queues {
+		i, epoch := e.owner(ctx, q.Name, epochs[q.Name])
+		e.schedule("%s served by %s at epoch %d", q.Name, e.ids[i], epoch)
+	}
+	if err := r.WaitConfirmed(ctx, r.Counts().Confirmed+300); err != nil {
+		t.Fatalf("after the cut: %v", err)
+	}
+	r.Stop()
+	e.copiesCaughtUp(ctx)
+	rep := e.verify(ctx, queues)
+	logLosses(t, rep, queues)
+	e.copiesIdentical(queues)
+}
+
 // ownerFaultCase loads a durable and a buffered queue through every
 // node's address, applies fault to each queue's owner in turn, and
 // checks that the queue moves, serves, and loses nothing confirmed once
