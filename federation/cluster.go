@@ -64,6 +64,7 @@ type Cluster struct {
 	servedAt uint64
 
 	nodeSet chan struct{} // closed once node is set: the follower's hooks wait for it
+	bound   chan struct{} // closed by Bind: recoverQueues looks again at the broker's queues
 
 	replicaDir string // this node's copies, and the histories of what it owns
 	replicaFS  vfs.FS
@@ -92,7 +93,7 @@ func OpenCluster(o ClusterOptions) (*Cluster, error) {
 		logger = slog.Default()
 	}
 	c := &Cluster{log: logger.With("node", o.Node.ID), owned: map[string]*ownedPartition{},
-		declared: map[string]uint64{}, nodeSet: make(chan struct{}), stop: make(chan struct{}),
+		declared: map[string]uint64{}, nodeSet: make(chan struct{}), bound: make(chan struct{}), stop: make(chan struct{}),
 		forwardOpts: o.Forward, forward: map[string]*client.Client{}, forwarders: map[string]*queueForwarder{}, replicaDir: o.ReplicaDir, replicaFS: o.ReplicaFS,
 		fo: newFailover(), failoverTimeout: o.FailoverTimeout}
 	if c.failoverTimeout <= 0 {
@@ -135,6 +136,7 @@ func (c *Cluster) Bind(b *appliance.Broker) {
 	c.mu.Lock()
 	c.broker = b
 	c.mu.Unlock()
+	close(c.bound)
 	c.SettingsChanged(b.Settings())
 	c.wg.Add(1)
 	go c.syncQueues()

@@ -208,6 +208,7 @@ func (c *Cluster) recoverQueues() {
 		return
 	}
 	me := c.node.opts.ID
+	bound := c.bound // until the broker is bound, its queues are not known
 	for {
 		changed := c.node.Changed()
 		st := c.node.State()
@@ -251,6 +252,8 @@ func (c *Cluster) recoverQueues() {
 		select {
 		case <-changed:
 		case <-retry:
+		case <-bound:
+			bound = nil
 		case <-c.stop:
 			return
 		}

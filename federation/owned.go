@@ -142,7 +142,8 @@ func (op *ownedPartition) follow() {
 		// itself: it is live (replication/seal.go) until it latches.
 		op.c.follower.MarkLive(op.copyID(a.Incarnation))
 		close(op.ready)
-		op.c.fo.setServing(op.queue, true)
+		// Served once the broker's declare that attached it returns
+		// (Cluster.serve): a subscribe let in now would find no queue.
 		op.c.wg.Add(1)
 		go op.watchLatch(a.Epoch, a.Incarnation)
 	}
