@@ -26,6 +26,14 @@
 // that writes the value as JSON, or maps the error to a status and a body
 // {"error": "...", "code": "..."}; see errors.go for the table.
 //
+// Before any route, every request passes guard.go's checks: its Host must
+// be one of the listener's own names (localhost, an IP address,
+// Options.Hosts), else 421, which defeats DNS rebinding; and a request that
+// changes state (not GET, HEAD or OPTIONS) that a browser sent from a page
+// of another origin (Sec-Fetch-Site cross-site or same-site, or an Origin
+// that is not the Host) is refused with 403, tokens or not. No CORS header
+// is sent.
+//
 // Authentication: when Options.Tokens is not empty, /api/ and /metrics
 // require "Authorization: Bearer <token>" with one of them (the wire
 // protocol's tokens). /healthz and /readyz answer without a token so that

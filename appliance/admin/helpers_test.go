@@ -76,9 +76,20 @@ type response struct {
 	body   []byte
 }
 
+// testHost is the Host the fixture's requests carry: the listener's
+// default address.
+const testHost = "127.0.0.1:7421"
+
 // do sends a request through the handler; body is marshalled unless it is
 // a string (sent as is).
 func (f *fixture) do(method, path string, body any) response {
+	f.t.Helper()
+	return f.doWith(method, path, body, nil)
+}
+
+// doWith is do with headers set on the request (a "Host" entry sets its
+// Host).
+func (f *fixture) doWith(method, path string, body any, header map[string]string) response {
 	f.t.Helper()
 	var r io.Reader
 	switch b := body.(type) {
@@ -92,9 +103,16 @@ func (f *fixture) do(method, path string, body any) response {
 		}
 		r = bytes.NewReader(raw)
 	}
-	req := httptest.NewRequestWithContext(testCtx(f.t), method, path, r)
+	req := httptest.NewRequestWithContext(testCtx(f.t), method, "http://"+testHost+path, r)
 	if f.token != "" {
 		req.Header.Set("Authorization", "Bearer "+f.token)
+	}
+	for k, v := range header {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
 	}
 	w := httptest.NewRecorder()
 	f.srv.Handler().ServeHTTP(w, req)

@@ -1,8 +1,11 @@
 package admin
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
+	"strings"
 )
 
 // Options configure a Server. Zero fields take the documented defaults.
@@ -10,6 +13,12 @@ type Options struct {
 	// Tokens are the accepted bearer tokens, the same as the wire
 	// protocol's. Empty (the default): no authentication.
 	Tokens []string
+	// Hosts are the names, besides localhost and IP addresses, that a
+	// request's Host header may carry (any port): the host of the listen
+	// address, the machine's name, the names operators reach it by. A
+	// request for any other name is refused with 421 (see guard.go).
+	// Default: none, so only localhost and IP addresses are served.
+	Hosts []string
 	// Logger receives request failures. Default slog.Default().
 	Logger *slog.Logger
 	// UI, if set, is mounted at "/" (the dashboard). Default: none.
@@ -54,6 +63,14 @@ func (o Options) Validate() error {
 	for _, t := range o.Tokens {
 		if t == "" {
 			return errEmptyToken
+		}
+	}
+	for _, h := range o.Hosts {
+		if _, err := netip.ParseAddr(h); err == nil {
+			continue
+		}
+		if normalHost(h) == "" || strings.ContainsAny(h, ":/[]@ \t\r\n") {
+			return fmt.Errorf("admin: host %q is not a host name (give names without a port or scheme)", h)
 		}
 	}
 	return nil

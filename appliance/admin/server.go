@@ -31,6 +31,7 @@ type Server struct {
 	opts    Options
 	log     *slog.Logger
 	tokens  [][sha256.Size]byte // digests of Options.Tokens
+	hosts   map[string]struct{} // Options.Hosts, normalised
 	reg     *prometheus.Registry
 	handler http.Handler
 }
@@ -44,7 +45,10 @@ func New(b *appliance.Broker, opts Options) (*Server, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	s := &Server{b: b, opts: opts, log: opts.Logger}
+	s := &Server{b: b, opts: opts, log: opts.Logger, hosts: make(map[string]struct{})}
+	for _, h := range opts.Hosts {
+		s.hosts[normalHost(h)] = struct{}{}
+	}
 	for _, t := range opts.Tokens {
 		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
 	}
@@ -118,7 +122,7 @@ func (s *Server) routes() http.Handler {
 	if s.opts.UI != nil {
 		mux.Handle("/", s.opts.UI)
 	}
-	return mux
+	return s.guard(mux)
 }
 
 // apiFunc is the shape of every JSON handler: a value to write with its

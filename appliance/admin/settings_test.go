@@ -76,7 +76,7 @@ func TestAuth(t *testing.T) {
 		}
 	}
 	f.token = ""
-	req := httptest.NewRequest("GET", "/api/queues", nil)
+	req := httptest.NewRequest("GET", "http://"+testHost+"/api/queues", nil)
 	req.Header.Set("Authorization", "Basic b25lOg==")
 	w := httptest.NewRecorder()
 	f.srv.Handler().ServeHTTP(w, req)
