@@ -18,7 +18,7 @@
 //	GET    /api/cluster/settings        cluster-wide settings (404 solo)
 //	PUT    /api/cluster/settings        change them through the control plane
 //	GET    /healthz                     the process answers
-//	GET    /readyz                      broker open, no queue failed or latched
+//	GET    /readyz                      broker open, no queue failed or latched (names them only with a token, when tokens are set)
 //	GET    /metrics                     Prometheus exposition
 //	/                                   the dashboard, if Options.UI is set
 //

@@ -42,8 +42,19 @@ type notReady struct {
 	Latched []string          `json:"latched"` // queue/partition: the log's failure
 }
 
+// notReadyCounts is /readyz's 503 details for a request without a token
+// when tokens are set: how much is wrong, without naming queues or
+// quoting errors.
+type notReadyCounts struct {
+	Closed            bool `json:"closed"`
+	FailedQueues      int  `json:"failed_queues"`
+	LatchedPartitions int  `json:"latched_partitions"`
+}
+
 // readyz is ready when the broker is open and every declared queue opened
-// and has no latched log.
+// and has no latched log. It needs no token, so probes need none; when
+// tokens are set, only a request with one learns which queues are wrong
+// and why, the others get the counts.
 func (s *Server) readyz(r *http.Request) (int, any, error) {
 	nr := notReady{Closed: s.b.Closed(), Failed: map[string]string{}, Latched: []string{}}
 	var reasons []string
@@ -69,6 +80,13 @@ func (s *Server) readyz(r *http.Request) (int, any, error) {
 	}
 	if len(reasons) == 0 {
 		return 0, map[string]string{"status": "ready"}, nil
+	}
+	if len(s.tokens) > 0 && !s.authorized(r) {
+		counts := notReadyCounts{Closed: nr.Closed, FailedQueues: len(nr.Failed), LatchedPartitions: len(nr.Latched)}
+		return 0, nil, &Error{Status: http.StatusServiceUnavailable, Code: "not_ready",
+			Err: fmt.Errorf("not ready: closed %t, %d queue(s) failed to open, %d partition(s) latched "+
+				"(send a token for the details)", counts.Closed, counts.FailedQueues, counts.LatchedPartitions),
+			Details: counts}
 	}
 	sort.Strings(nr.Latched)
 	sort.Strings(reasons)
