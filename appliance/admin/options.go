@@ -6,7 +6,11 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"time"
 )
+
+// DefaultMaxConnections is Options.MaxConnections' default.
+const DefaultMaxConnections = 64
 
 // Options configure a Server. Zero fields take the documented defaults.
 type Options struct {
@@ -21,6 +25,28 @@ type Options struct {
 	Hosts []string
 	// Logger receives request failures. Default slog.Default().
 	Logger *slog.Logger
+	// ReadHeaderTimeout bounds the reading of a request's headers, and
+	// how long a new connection may stay silent. Default 10s.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds the reading of a whole request, body included
+	// (a publish may carry 16 MiB). Default 1m.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds a request from the end of its headers to the
+	// end of its answer. It must exceed the longest wait a fetch may ask
+	// for (POST /api/queues/{name}/get, wait_ms up to 30 s), with room for
+	// the body and the answer. Default 2m.
+	WriteTimeout time.Duration
+	// IdleTimeout is how long a kept-alive connection may wait for its
+	// next request. Default 1m.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's header block. Default 128 KiB,
+	// room for the longest token (64 KiB).
+	MaxHeaderBytes int
+	// MaxConnections bounds the connections served at once. One more
+	// waits in the kernel's accept queue until one of them ends (it
+	// finishes, idles out, or times out), so a burst is delayed, not
+	// refused. Default 64.
+	MaxConnections int
 	// UI, if set, is mounted at "/" (the dashboard). Default: none.
 	UI http.Handler
 	// ServerConnections reports the wire server's open connections for the
@@ -65,6 +91,20 @@ func (o Options) Validate() error {
 			return errEmptyToken
 		}
 	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"ReadHeaderTimeout", o.ReadHeaderTimeout}, {"ReadTimeout", o.ReadTimeout}, {"WriteTimeout", o.WriteTimeout}, {"IdleTimeout", o.IdleTimeout}} {
+		if d.v < 0 {
+			return fmt.Errorf("admin: %s %v is negative", d.name, d.v)
+		}
+	}
+	if o.WriteTimeout != 0 && o.WriteTimeout <= maxGetWait {
+		return fmt.Errorf("admin: WriteTimeout %v does not exceed the longest fetch wait (%v)", o.WriteTimeout, maxGetWait)
+	}
+	if o.MaxHeaderBytes < 0 || o.MaxConnections < 0 {
+		return fmt.Errorf("admin: MaxHeaderBytes %d or MaxConnections %d is negative", o.MaxHeaderBytes, o.MaxConnections)
+	}
 	for _, h := range o.Hosts {
 		if _, err := netip.ParseAddr(h); err == nil {
 			continue
@@ -85,6 +125,24 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Version == "" {
 		o.Version = buildVersion()
+	}
+	if o.ReadHeaderTimeout == 0 {
+		o.ReadHeaderTimeout = 10 * time.Second
+	}
+	if o.ReadTimeout == 0 {
+		o.ReadTimeout = time.Minute
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = 2 * time.Minute
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = time.Minute
+	}
+	if o.MaxHeaderBytes == 0 {
+		o.MaxHeaderBytes = 128 << 10
+	}
+	if o.MaxConnections == 0 {
+		o.MaxConnections = DefaultMaxConnections
 	}
 	return o
 }
