@@ -18,10 +18,16 @@ func TestCheckConfig(t *testing.T) {
 		}
 		return path
 	}
+	private := write("tokens", "# admin\ns3cret\n")
+	open := write("open-tokens", "s3cret\n")
+	if err := os.Chmod(open, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	empty := write("empty-tokens", "# none yet\n")
 	for _, tc := range []struct {
 		name, text string
 		code       int
-		want       []string // lines of stderr, in order
+		want       []string // lines of stderr, in order, with dir left out
 	}{
 		{"empty.toml", "", 0, nil},
 		{"comments.toml", "# every line commented\n# [storage]\n# data_dir = \"/var/lib/fibril\"\n", 0, nil},
@@ -41,6 +47,13 @@ func TestCheckConfig(t *testing.T) {
 		{"insecure.toml", "[admin]\nlisten = \"0.0.0.0:7421\"\ninsecure = true\n[cluster]\nlisten = \"0.0.0.0:7422\"\nbootstrap = true\ninsecure = true\n", 0, nil},
 		{"syntax.toml", "[server]\nlisten = \"unterminated\ntokens = []\n", 2, []string{"syntax.toml:2: syntax error"}},
 		{"twice.toml", "[server]\nlisten = \"a:1\"\nlisten = \"b:2\"\n", 2, []string{"twice.toml:3: key listen is already defined"}},
+		{"tokensfile.toml", "[server]\ntokens_file = \"" + private + "\"\n[admin]\nlisten = \"0.0.0.0:7421\"\n", 0, nil},
+		{"opentokens.toml", "[server]\n\ntokens_file = \"" + open + "\"\n", 2, []string{
+			"opentokens.toml:3: server.tokens_file: open-tokens is readable by every user of the machine (mode 0644)"}},
+		{"notokens.toml", "[server]\ntokens_file = \"" + filepath.Join(dir, "absent") + "\"\n", 2, []string{
+			"notokens.toml:2: server.tokens_file: read tokens: open absent: no such file"}},
+		{"emptytokens.toml", "[server]\ntokens_file = \"" + empty + "\"\n", 2, []string{
+			"emptytokens.toml:2: server.tokens_file: empty-tokens holds no token"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := write(tc.name, tc.text)

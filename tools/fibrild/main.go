@@ -97,7 +97,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
-	if err := cfg.Validate(); err != nil {
+	// Validate with the tokens of tokens_file and of the systemd
+	// credential, as Run will; print the config as it was given.
+	resolved, err := cfg.ResolveTokens(os.Getenv("CREDENTIALS_DIRECTORY"))
+	if err != nil {
+		fmt.Fprintf(stderr, "fibrild: %s: %v\n", source, err)
+		return 2
+	}
+	if err := resolved.Validate(); err != nil {
 		fmt.Fprintf(stderr, "fibrild: %s: %v\n", source, err)
 		return 2
 	}

@@ -34,7 +34,10 @@ func (p Problem) String() string {
 // problem, in line order: a syntax error (which ends the check, since
 // nothing after it can be read), each unknown key, each value of the
 // wrong type, and each value out of range. An empty result means the file
-// is valid: Parse accepts it and Validate passes.
+// is valid: Parse accepts it and Validate passes. Check also reads
+// [server] tokens_file, if set, as fibrild would at start (relative to the
+// working directory), and reports one that is missing, unreadable,
+// readable by every user, or holds no token.
 func Check(data []byte) []Problem {
 	entries, syntax := scanEntries(data)
 	if syntax != nil {
@@ -75,6 +78,11 @@ func Check(data []byte) []Problem {
 	for _, p := range cfg.valueProblems() {
 		p.Line = lines[p.Key]
 		problems = append(problems, p)
+	}
+	if path := cfg.Server.TokensFile; path != "" {
+		if _, err := readTokensFile(path); err != nil {
+			problems = append(problems, Problem{Line: lines["server.tokens_file"], Key: "server.tokens_file", Msg: err.Error()})
+		}
 	}
 	sort.SliceStable(problems, func(i, j int) bool { return problems[i].Line < problems[j].Line })
 	return problems

@@ -38,12 +38,14 @@ type Config struct {
 
 // ServerConfig is the client protocol listener.
 type ServerConfig struct {
-	Listen    string   `toml:"listen" help:"client protocol address (host:port; port 0 picks a free one)"`
-	Tokens    []string `toml:"tokens" help:"accepted Hello tokens, comma-separated; empty: no authentication"`
-	TLSCert   string   `toml:"tls_cert" help:"TLS certificate (PEM file); with tls_key, serve TLS"`
-	TLSKey    string   `toml:"tls_key" help:"TLS private key (PEM file)"`
-	MaxFrame  Size     `toml:"max_frame" help:"largest protocol frame, read and sent (4KiB to 1GiB)"`
-	Heartbeat Duration `toml:"heartbeat" help:"heartbeat interval; a client silent for three is closed; 0s: off"`
+	Listen string   `toml:"listen" help:"client protocol address (host:port; port 0 picks a free one)"`
+	Tokens []string `toml:"tokens" help:"accepted Hello tokens, comma-separated; empty: no authentication"`
+	// TokensFile adds the tokens of a file, one a line (see ResolveTokens).
+	TokensFile string   `toml:"tokens_file" help:"file of more tokens, one a line (blank lines and # comments skipped); must not be readable by every user"`
+	TLSCert    string   `toml:"tls_cert" help:"TLS certificate (PEM file); with tls_key, serve TLS"`
+	TLSKey     string   `toml:"tls_key" help:"TLS private key (PEM file)"`
+	MaxFrame   Size     `toml:"max_frame" help:"largest protocol frame, read and sent (4KiB to 1GiB)"`
+	Heartbeat  Duration `toml:"heartbeat" help:"heartbeat interval; a client silent for three is closed; 0s: off"`
 	// MaxConnections bounds the client sessions (server.Options.MaxConnections).
 	MaxConnections int `toml:"max_connections" help:"most client connections served at once; one more is refused (1 to 1000000)"`
 }
@@ -195,8 +197,9 @@ func (c Config) valueProblems() []Problem {
 	if s.MaxConnections < 1 || s.MaxConnections > 1_000_000 {
 		bad("server.max_connections", "%d is out of range (1 to 1000000)", s.MaxConnections)
 	}
-	if c.Admin.Listen != "" {
-		checkAddr("admin.listen", c.Admin.Listen)
+	a := c.Admin
+	if a.Listen != "" {
+		checkAddr("admin.listen", a.Listen)
 	}
 	st := c.Storage
 	if st.DataDir == "" {
@@ -218,8 +221,10 @@ func (c Config) valueProblems() []Problem {
 	default:
 		bad("log.format", "%q (want text or json)", c.Log.Format)
 	}
-	if c.Admin.Listen != "" && !IsLoopback(c.Admin.Listen) && len(c.Server.Tokens) == 0 && !bool(c.Admin.Insecure) {
-		bad("admin.listen", "%s is off loopback: the admin API needs [server] tokens there, or [admin] insecure = true", c.Admin.Listen)
+	// A tokens_file counts as tokens here; ResolveTokens refuses one that
+	// holds none.
+	if a.Listen != "" && !IsLoopback(a.Listen) && len(s.Tokens) == 0 && s.TokensFile == "" && !bool(a.Insecure) {
+		bad("admin.listen", "%s is off loopback: the admin API needs [server] tokens (or tokens_file) there, or [admin] insecure = true", a.Listen)
 	}
 	problems = append(problems, c.clusterProblems()...)
 	return append(problems, c.bridgeProblems()...)

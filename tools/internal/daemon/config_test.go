@@ -79,6 +79,7 @@ func TestValidate(t *testing.T) {
 		{"server.heartbeat", func(c *Config) { c.Server.Heartbeat = Duration(time.Microsecond) }},
 		{"server.max_connections", func(c *Config) { c.Server.MaxConnections = 0 }},
 		{"admin.listen", func(c *Config) { c.Admin.Listen = "nowhere" }},
+		{"admin.listen", func(c *Config) { c.Admin.Listen = "0.0.0.0:7421" }}, // off loopback without tokens
 		{"storage.data_dir", func(c *Config) { c.Storage.DataDir = "" }},
 		{"storage.segment_size", func(c *Config) { c.Storage.SegmentSize = 4096 }},
 		{"log.level", func(c *Config) { c.Log.Level = "loud" }},
@@ -96,15 +97,20 @@ func TestValidate(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Errorf("zero heartbeat and max frame: %v", err)
 	}
+	c = Default()
+	c.Admin.Listen, c.Server.TokensFile = "0.0.0.0:7421", "/etc/fibril/tokens"
+	if err := c.Validate(); err != nil {
+		t.Errorf("admin off loopback with a tokens_file: %v", err)
+	}
 }
 
 func TestSetEveryKey(t *testing.T) {
 	keys := Keys()
-	if len(keys) != 29 {
+	if len(keys) != 30 {
 		t.Fatalf("%d keys: %v", len(keys), keys)
 	}
 	values := map[string]string{
-		"server.listen": "127.0.0.1:0", "server.tokens": "a, b,", "server.tls_cert": "c.pem",
+		"server.listen": "127.0.0.1:0", "server.tokens": "a, b,", "server.tokens_file": "/etc/fibril/tokens", "server.tls_cert": "c.pem",
 		"server.tls_key": "k.pem", "server.max_frame": "1MiB", "server.heartbeat": "2s", "server.max_connections": "16",
 		"admin.listen": "127.0.0.1:0", "admin.insecure": "true", "storage.data_dir": "/tmp/x", "storage.segment_size": "8MiB",
 		"storage.tail_cache": "4KiB", "storage.disk_budget": "10GB", "storage.min_free": "0",
@@ -128,7 +134,7 @@ func TestSetEveryKey(t *testing.T) {
 		}
 	}
 	want := Config{
-		Server: ServerConfig{Listen: "127.0.0.1:0", Tokens: []string{"a", "b"}, TLSCert: "c.pem", TLSKey: "k.pem",
+		Server: ServerConfig{Listen: "127.0.0.1:0", Tokens: []string{"a", "b"}, TokensFile: "/etc/fibril/tokens", TLSCert: "c.pem", TLSKey: "k.pem",
 			MaxFrame: 1 << 20, Heartbeat: Duration(2 * time.Second), MaxConnections: 16},
 		Admin: AdminConfig{Listen: "127.0.0.1:0", Insecure: true},
 		Storage: StorageConfig{DataDir: "/tmp/x", SegmentSize: 8 << 20, TailCache: 4 << 10, DiskBudget: 10e9,

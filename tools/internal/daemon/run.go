@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"runtime/debug"
 	"sync/atomic"
@@ -40,9 +41,14 @@ const ShutdownTimeout = 30 * time.Second
 // Once listening it logs msg="listening" proto=fibril addr=HOST:PORT with
 // the bound address (useful with port 0), and the same with proto=admin
 // for the admin HTTP API when [admin] listen is set (same tokens as
-// [server]). Under systemd it sends READY=1, watchdog pings and
+// [server]). The tokens are [server] tokens with those of tokens_file and
+// of the systemd credential "tokens" (ResolveTokens). Under systemd it sends READY=1, watchdog pings and
 // STOPPING=1 (see notify.go).
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	cfg, err := cfg.ResolveTokens(os.Getenv("CREDENTIALS_DIRECTORY"))
+	if err != nil {
+		return err
+	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
