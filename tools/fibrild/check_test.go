@@ -54,6 +54,9 @@ func TestCheckConfig(t *testing.T) {
 			"notokens.toml:2: server.tokens_file: read tokens: open absent: no such file"}},
 		{"emptytokens.toml", "[server]\ntokens_file = \"" + empty + "\"\n", 2, []string{
 			"emptytokens.toml:2: server.tokens_file: empty-tokens holds no token"}},
+		{"admintls.toml", "[admin]\ntls_cert = \"cert.pem\"\nmax_connections = 0\n", 2, []string{
+			"admintls.toml:2: admin.tls_cert: tls_cert and tls_key go together",
+			"admintls.toml:3: admin.max_connections: 0 is out of range"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := write(tc.name, tc.text)

@@ -1,13 +1,19 @@
 package daemon
 
 import (
-	"github.com/fibril-edge/fibril/internal/wiretest"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fibril-edge/fibril/federation"
+	"github.com/fibril-edge/fibril/internal/wiretest"
 )
 
 // TestRunServesAdmin checks that Run serves the admin API on [admin]
@@ -65,5 +71,105 @@ func TestRunServesAdmin(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", adminAddr, time.Second); err == nil {
 		c.Close()
 		t.Fatal("admin API still listening after shutdown")
+	}
+}
+
+// TestRunAdminHosts: the admin API answers for localhost, IP addresses,
+// the machine's host name and [admin] hosts, and refuses any other Host
+// with 421.
+func TestRunAdminHosts(t *testing.T) {
+	cfg := Default()
+	cfg.Server.Listen = "127.0.0.1:0"
+	cfg.Admin.Hosts = []string{"fibril.site.lan"}
+	cfg.Storage.DataDir = t.TempDir()
+	cfg.Storage.MinFree = 0
+	_, adminAddr, stop := startRunAdmin(t, cfg)
+	hc := &http.Client{Timeout: waitLimit}
+	hosts := map[string]int{"localhost": 200, adminAddr: 200, "fibril.site.lan:7421": 200, "FIBRIL.site.lan": 200,
+		"evil.example": http.StatusMisdirectedRequest, "fibril.site.lan.evil.example": http.StatusMisdirectedRequest}
+	if name, err := os.Hostname(); err == nil && name != "" {
+		hosts[name+":7421"] = 200
+	}
+	for host, want := range hosts {
+		req, _ := http.NewRequest("GET", "http://"+adminAddr+"/api/queues", nil)
+		req.Host = host
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Host %q: %d, want %d", host, resp.StatusCode, want)
+		}
+	}
+	hc.CloseIdleConnections()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRunAdminTLS: with [admin] tls_cert and tls_key the admin API speaks
+// HTTPS only, TLS 1.3 or TLS 1.2 with AEAD suites, HTTP/1.1; a client
+// that trusts the CA reaches it.
+func TestRunAdminTLS(t *testing.T) {
+	dir := t.TempDir()
+	caPEM, caKey, err := federation.NewCA("test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := federation.NewNodeCert(caPEM, caKey, "admin", []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Default()
+	cfg.Server.Listen = "127.0.0.1:0"
+	cfg.Storage.DataDir = t.TempDir()
+	cfg.Storage.MinFree = 0
+	cfg.Admin.TLSCert, cfg.Admin.TLSKey = filepath.Join(dir, "admin.pem"), filepath.Join(dir, "admin-key.pem")
+	if err := os.WriteFile(cfg.Admin.TLSCert, certPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg.Admin.TLSKey, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, adminAddr, stop := startRunAdmin(t, cfg)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	client := func(c *tls.Config) *http.Client {
+		c.RootCAs = pool
+		return &http.Client{Timeout: waitLimit, Transport: &http.Transport{TLSClientConfig: c, ForceAttemptHTTP2: true}}
+	}
+	hc := client(&tls.Config{})
+	resp, err := hc.Get("https://" + adminAddr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.TLS == nil || resp.TLS.Version != tls.VersionTLS13 || resp.ProtoMajor != 1 {
+		t.Fatalf("https: %d, TLS %v, %s", resp.StatusCode, resp.TLS != nil, resp.Proto)
+	}
+	hc.CloseIdleConnections()
+	aead := client(&tls.Config{MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256}})
+	if resp, err := aead.Get("https://" + adminAddr + "/healthz"); err != nil {
+		t.Fatalf("TLS 1.2 with an AEAD suite: %v", err)
+	} else {
+		resp.Body.Close()
+	}
+	aead.CloseIdleConnections()
+	cbc := client(&tls.Config{MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA}})
+	if resp, err := cbc.Get("https://" + adminAddr + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Fatal("TLS 1.2 with a CBC suite was accepted")
+	}
+	plain := &http.Client{Timeout: waitLimit}
+	if resp, err := plain.Get("http://" + adminAddr + "/healthz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatal("plain HTTP was served on the TLS admin listener")
+		}
+	}
+	plain.CloseIdleConnections()
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 
+	"github.com/fibril-edge/fibril/appliance/admin"
 	"github.com/fibril-edge/fibril/appliance/wire"
 )
 
@@ -57,6 +58,15 @@ type AdminConfig struct {
 	// Insecure lets the admin API listen off loopback without [server]
 	// tokens; the daemon warns about it at every start.
 	Insecure Bool `toml:"insecure" help:"serve the admin API off loopback without tokens (true or false; anyone who reaches it controls the broker)"`
+	// Hosts are the names, besides localhost, IP addresses, the listen
+	// address's host and the machine's name, that a request's Host header
+	// may carry (admin.Options.Hosts).
+	Hosts []string `toml:"hosts" help:"more names the admin API answers to in the Host header (besides localhost, IP addresses, the listen host and the host name), comma-separated"`
+	// MaxConnections bounds the admin connections served at once
+	// (admin.Options.MaxConnections).
+	MaxConnections int    `toml:"max_connections" help:"most admin connections served at once; more wait for one to close (1 to 100000)"`
+	TLSCert        string `toml:"tls_cert" help:"TLS certificate for the admin API (PEM file); with tls_key, serve HTTPS"`
+	TLSKey         string `toml:"tls_key" help:"TLS private key for the admin API (PEM file)"`
 }
 
 // StorageConfig is where and how queues are stored.
@@ -200,6 +210,15 @@ func (c Config) valueProblems() []Problem {
 	a := c.Admin
 	if a.Listen != "" {
 		checkAddr("admin.listen", a.Listen)
+	}
+	if err := (admin.Options{Hosts: a.Hosts}).Validate(); err != nil {
+		bad("admin.hosts", "%s", strings.TrimPrefix(err.Error(), "admin: "))
+	}
+	if a.MaxConnections < 1 || a.MaxConnections > 100_000 {
+		bad("admin.max_connections", "%d is out of range (1 to 100000)", a.MaxConnections)
+	}
+	if (a.TLSCert == "") != (a.TLSKey == "") {
+		bad("admin.tls_cert", "tls_cert and tls_key go together: set both or neither")
 	}
 	st := c.Storage
 	if st.DataDir == "" {

@@ -16,7 +16,7 @@ func TestDefault(t *testing.T) {
 	want := Config{
 		Server: ServerConfig{Listen: "127.0.0.1:7420", Tokens: []string{}, MaxFrame: 16 << 20, Heartbeat: Duration(10 * time.Second),
 			MaxConnections: 1024},
-		Admin: AdminConfig{Listen: "127.0.0.1:7421"},
+		Admin: AdminConfig{Listen: "127.0.0.1:7421", Hosts: []string{}, MaxConnections: 64},
 		Storage: StorageConfig{DataDir: "./data", SegmentSize: 16 << 20, TailCache: 1 << 20,
 			MinFree: 64 << 20, CheckpointDelay: Duration(30 * time.Second)},
 		Log:     LogConfig{Level: "info", Format: "text"},
@@ -80,6 +80,10 @@ func TestValidate(t *testing.T) {
 		{"server.max_connections", func(c *Config) { c.Server.MaxConnections = 0 }},
 		{"admin.listen", func(c *Config) { c.Admin.Listen = "nowhere" }},
 		{"admin.listen", func(c *Config) { c.Admin.Listen = "0.0.0.0:7421" }}, // off loopback without tokens
+		{"admin.hosts", func(c *Config) { c.Admin.Hosts = []string{"fibril.lan:7421"} }},
+		{"admin.hosts", func(c *Config) { c.Admin.Hosts = []string{""} }},
+		{"admin.max_connections", func(c *Config) { c.Admin.MaxConnections = 0 }},
+		{"admin.tls_cert", func(c *Config) { c.Admin.TLSKey = "key.pem" }},
 		{"storage.data_dir", func(c *Config) { c.Storage.DataDir = "" }},
 		{"storage.segment_size", func(c *Config) { c.Storage.SegmentSize = 4096 }},
 		{"log.level", func(c *Config) { c.Log.Level = "loud" }},
@@ -106,13 +110,14 @@ func TestValidate(t *testing.T) {
 
 func TestSetEveryKey(t *testing.T) {
 	keys := Keys()
-	if len(keys) != 30 {
+	if len(keys) != 34 {
 		t.Fatalf("%d keys: %v", len(keys), keys)
 	}
 	values := map[string]string{
 		"server.listen": "127.0.0.1:0", "server.tokens": "a, b,", "server.tokens_file": "/etc/fibril/tokens", "server.tls_cert": "c.pem",
 		"server.tls_key": "k.pem", "server.max_frame": "1MiB", "server.heartbeat": "2s", "server.max_connections": "16",
-		"admin.listen": "127.0.0.1:0", "admin.insecure": "true", "storage.data_dir": "/tmp/x", "storage.segment_size": "8MiB",
+		"admin.listen": "127.0.0.1:0", "admin.insecure": "true", "admin.hosts": "fibril.lan, gw", "admin.max_connections": "8",
+		"admin.tls_cert": "a.pem", "admin.tls_key": "ak.pem", "storage.data_dir": "/tmp/x", "storage.segment_size": "8MiB",
 		"storage.tail_cache": "4KiB", "storage.disk_budget": "10GB", "storage.min_free": "0",
 		"storage.checkpoint_delay": "200ms", "log.level": "debug", "log.format": "json",
 		"cluster.node_id": "n1", "cluster.listen": "127.0.0.1:7422", "cluster.advertise": "10.0.0.1:7422",
@@ -136,7 +141,8 @@ func TestSetEveryKey(t *testing.T) {
 	want := Config{
 		Server: ServerConfig{Listen: "127.0.0.1:0", Tokens: []string{"a", "b"}, TokensFile: "/etc/fibril/tokens", TLSCert: "c.pem", TLSKey: "k.pem",
 			MaxFrame: 1 << 20, Heartbeat: Duration(2 * time.Second), MaxConnections: 16},
-		Admin: AdminConfig{Listen: "127.0.0.1:0", Insecure: true},
+		Admin: AdminConfig{Listen: "127.0.0.1:0", Insecure: true, Hosts: []string{"fibril.lan", "gw"}, MaxConnections: 8,
+			TLSCert: "a.pem", TLSKey: "ak.pem"},
 		Storage: StorageConfig{DataDir: "/tmp/x", SegmentSize: 8 << 20, TailCache: 4 << 10, DiskBudget: 10e9,
 			CheckpointDelay: Duration(200 * time.Millisecond)},
 		Log: LogConfig{Level: "debug", Format: "json"},

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/appliance/admin"
-	"github.com/fibril-edge/fibril/appliance/dashboard"
 	"github.com/fibril-edge/fibril/appliance/server"
 	"github.com/fibril-edge/fibril/federation"
 	"github.com/fibril-edge/fibril/internal/sdnotify"
@@ -202,73 +200,4 @@ func serverOptions(c ServerConfig, log *slog.Logger) (server.Options, error) {
 		o.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	return o, o.Validate()
-}
-
-// adminServer is the admin HTTP API as Run serves it; served is nil when
-// [admin] listen is empty.
-type adminServer struct {
-	http   *http.Server
-	cancel context.CancelFunc // ends the requests' contexts at shutdown
-	served chan error
-}
-
-// startAdmin serves the admin API on cfg's [admin] listen address, with
-// the [server] tokens.
-func startAdmin(cfg Config, b *appliance.Broker, m *admin.Metrics, srv *server.Server, bridges func() []admin.BridgeStats,
-	cluster *federation.Cluster, log *slog.Logger) (*adminServer, error) {
-	if cfg.Admin.Listen == "" {
-		log.Info("admin API off: [admin] listen is empty")
-		return &adminServer{}, nil
-	}
-	opts := admin.Options{Tokens: cfg.Server.Tokens, Logger: log, Metrics: m,
-		ServerConnections: srv.Connections, ServerRefused: srv.Refused, UI: dashboard.Handler(), Version: Version, Bridges: bridges}
-	if cluster != nil {
-		opts.Cluster = func() (admin.ClusterView, bool) { return cluster.View(), true }
-		opts.ClusterOps = clusterOps{cluster}
-	}
-	api, err := admin.New(b, opts)
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", cfg.Admin.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s (admin.listen): %w", cfg.Admin.Listen, err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	a := &adminServer{
-		http: &http.Server{Handler: withFaultAPI(api.Handler()), ReadHeaderTimeout: 10 * time.Second,
-			BaseContext: func(net.Listener) context.Context { return ctx },
-			ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
-		cancel: cancel,
-		served: make(chan error, 1),
-	}
-	log.Info("listening", "proto", "admin", "addr", ln.Addr().String(), "auth", len(cfg.Server.Tokens) > 0)
-	if len(cfg.Server.Tokens) == 0 && !IsLoopback(cfg.Admin.Listen) {
-		log.Warn("INSECURE: the admin API serves off loopback without tokens ([admin] insecure = true): "+
-			"anyone who reaches it can read, publish, ack and delete", "addr", cfg.Admin.Listen)
-	}
-	go func() {
-		err := a.http.Serve(ln)
-		if !errors.Is(err, http.ErrServerClosed) {
-			a.served <- err
-		}
-		close(a.served)
-	}()
-	return a, nil
-}
-
-// shutdown ends the requests in progress (a get waiting for messages
-// returns at once) and stops the admin server.
-func (a *adminServer) shutdown(ctx context.Context, log *slog.Logger) {
-	if a.http == nil {
-		return
-	}
-	a.cancel()
-	if err := a.http.Shutdown(ctx); err != nil {
-		log.Warn("admin requests cut short", "err", err)
-	}
-	if a.served != nil {
-		for range a.served {
-		}
-	}
 }
