@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"log/slog"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,6 +16,7 @@ import (
 
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/appliance/admin"
+	"github.com/fibril-edge/fibril/federation"
 )
 
 // newAdmin serves the real admin API (package appliance/admin) over
@@ -80,4 +84,51 @@ func TestAdminCommands(t *testing.T) {
 	runCLI("queue", "rm", "clicks").want(t, 0, "deleted clicks", "")
 	runCLI("queue", "rm", "clicks").want(t, 3, "", "not found")
 	runCLI("queue", "ls", "--token", "wrong").want(t, 1, "", "FIBRIL_TOKEN")
+}
+
+// TestAdminOverHTTPS: the admin commands reach an https:// --admin whose
+// certificate the --admin-ca CA signed; without --admin-ca (a CA the
+// system does not trust) they fail, and --admin-ca with an http:// URL
+// is a usage error.
+func TestAdminOverHTTPS(t *testing.T) {
+	logger := slog.New(slog.DiscardHandler)
+	b, err := appliance.Open(appliance.Options{DataDir: "data", FS: vfs.NewMem(), MinFreeBytes: -1, Logger: logger})
+	if err != nil {
+		t.Fatalf("open broker: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	srv, err := admin.New(b, admin.Options{Tokens: []string{"s3cret"}, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, caKey, err := federation.NewCA("test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := federation.NewNodeCert(caPEM, caKey, "admin", []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewUnstartedServer(srv.Handler())
+	hs.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	hs.StartTLS()
+	t.Cleanup(hs.Close)
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, caPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(envToken, "s3cret")
+	t.Setenv(envAdminCA, "")
+
+	runCLI("queue", "declare", "clicks", "--admin", hs.URL, "--admin-ca", caFile).want(t, 0, "declared clicks", "")
+	t.Setenv(envAdminCA, caFile)
+	runCLI("queue", "ls", "--admin", hs.URL).want(t, 0, "clicks", "")
+	t.Setenv(envAdminCA, "")
+	runCLI("queue", "ls", "--admin", hs.URL).want(t, 1, "", "certificate")
+	runCLI("queue", "ls", "--admin", "http://127.0.0.1:7421", "--admin-ca", caFile).want(t, 2, "", "https://")
+	runCLI("queue", "ls", "--admin", hs.URL, "--admin-ca", filepath.Join(t.TempDir(), "absent.pem")).want(t, 1, "", "--admin-ca")
 }

@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 )
@@ -20,15 +23,39 @@ type adminClient struct {
 	http  *http.Client
 }
 
+// adminClient is the client of the --admin URL: http:// (the default when
+// the URL names no scheme) or https://, checked against the system's
+// roots or, with --admin-ca, against that CA alone.
 func (c *connFlags) adminClient() (*adminClient, error) {
 	base := strings.TrimRight(c.admin, "/")
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
-	if _, err := url.Parse(base); err != nil {
+	u, err := url.Parse(base)
+	if err != nil {
 		return nil, usagef("--admin %q: %v", c.admin, err)
 	}
-	return &adminClient{base: base, token: c.token, http: &http.Client{Timeout: 30 * time.Second}}, nil
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, usagef("--admin %q: the scheme is http:// or https://", c.admin)
+	}
+	hc := &http.Client{Timeout: 30 * time.Second}
+	if c.adminCA != "" {
+		if u.Scheme != "https" {
+			return nil, usagef("--admin-ca %s is for an https:// --admin, not %s", c.adminCA, base)
+		}
+		pem, err := os.ReadFile(c.adminCA)
+		if err != nil {
+			return nil, fmt.Errorf("--admin-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--admin-ca %s: no PEM certificate in it", c.adminCA)
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		hc.Transport = tr
+	}
+	return &adminClient{base: base, token: c.token, http: hc}, nil
 }
 
 // apiError is the admin API's error body, {"error": ..., "code": ...},

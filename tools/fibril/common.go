@@ -34,6 +34,7 @@ const (
 	envServer     = "FIBRIL_SERVER"
 	envAdmin      = "FIBRIL_ADMIN"
 	envToken      = "FIBRIL_TOKEN"
+	envAdminCA    = "FIBRIL_ADMIN_CA"
 )
 
 // exitError carries an exit status other than 1 for a failure.
@@ -66,6 +67,7 @@ func exitCode(err error) int {
 // connFlags are the flags of the commands that talk to fibrild.
 type connFlags struct {
 	server, admin, token string
+	adminCA              string // PEM file of the CA an https:// --admin is checked against
 	json                 bool
 }
 
@@ -77,9 +79,11 @@ func (c *connFlags) addServerFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.json, "json", false, "print JSON, one object per line")
 }
 
-// addAdminFlags registers --admin, --token and --json.
+// addAdminFlags registers --admin, --admin-ca, --token and --json.
 func (c *connFlags) addAdminFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&c.admin, "admin", envOr(envAdmin, defaultAdmin), "fibrild's admin HTTP API (env "+envAdmin+")")
+	fs.StringVar(&c.admin, "admin", envOr(envAdmin, defaultAdmin), "fibrild's admin HTTP API, http:// or https:// (env "+envAdmin+")")
+	fs.StringVar(&c.adminCA, "admin-ca", os.Getenv(envAdminCA),
+		"CA certificate (PEM file) that signed an https:// --admin's certificate, trusted instead of the system's roots (env "+envAdminCA+")")
 	fs.StringVar(&c.token, "token", os.Getenv(envToken), "auth token (env "+envToken+")")
 	fs.BoolVar(&c.json, "json", false, "print JSON")
 }

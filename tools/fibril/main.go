@@ -135,7 +135,10 @@ Connection flags (commands that talk to fibrild):
                   default 127.0.0.1:7420); a comma-separated list of a
                   cluster's nodes (ADDR,ADDR,...) is tried in turn
   --admin URL     admin HTTP API, for queue and settings (env FIBRIL_ADMIN,
-                  default http://127.0.0.1:7421)
+                  default http://127.0.0.1:7421); https:// when fibrild
+                  serves it with [admin] tls_cert
+  --admin-ca FILE CA certificate (PEM) an https:// --admin is checked
+                  against instead of the system's roots (env FIBRIL_ADMIN_CA)
   --token TOKEN   auth token (env FIBRIL_TOKEN)
   --json          JSON output for scripts, one object per line
 
