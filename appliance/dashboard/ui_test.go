@@ -187,6 +187,13 @@ func TestDashboardToken(t *testing.T) {
 // data directory. Everything closes when the test ends.
 func startNode(t *testing.T, opts admin.Options) (base, dataDir string) {
 	t.Helper()
+	return startNodeWith(t, opts, nil)
+}
+
+// startNodeWith is startNode with the admin handler wrapped by wrap (when
+// not nil), for tests that watch the requests it gets.
+func startNodeWith(t *testing.T, opts admin.Options, wrap func(http.Handler) http.Handler) (base, dataDir string) {
+	t.Helper()
 	metrics := admin.NewMetrics()
 	quiet := slog.New(slog.DiscardHandler)
 	dataDir = t.TempDir()
@@ -205,7 +212,11 @@ func startNode(t *testing.T, opts admin.Options) (base, dataDir string) {
 	if err != nil {
 		t.Fatalf("admin server: %v", err)
 	}
-	hs := httptest.NewServer(srv.Handler())
+	h := srv.Handler()
+	if wrap != nil {
+		h = wrap(h)
+	}
+	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 	return hs.URL, dataDir
 }
