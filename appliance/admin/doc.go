@@ -38,7 +38,12 @@
 // require "Authorization: Bearer <token>" with one of them (the wire
 // protocol's tokens). /healthz and /readyz answer without a token so that
 // probes need none; the UI's static files are served without one, and the
-// dashboard sends the token on its API calls.
+// dashboard sends the token on its API calls. Tokens are compared as
+// SHA-256 digests, all of them every time.
+//
+// Serving: HTTPServer returns the http.Server with the Options' timeouts
+// and header limit (HTTP/1.1 only), and Listener caps the connections at
+// Options.MaxConnections; fibrild serves the one on the other.
 //
 // Metrics come from two places. State the broker already keeps (queue
 // backlog and counters, partition frontiers, the logs' sync and cache
