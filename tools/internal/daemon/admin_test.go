@@ -173,3 +173,51 @@ func TestRunAdminTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The client port takes the same TLS settings as the admin and cluster
+// ports: TLS 1.3, or 1.2 with an AEAD suite; a CBC suite is refused.
+func TestClientPortTLSIsAEADOnly(t *testing.T) {
+	dir := t.TempDir()
+	caPEM, caKey, err := federation.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := federation.NewNodeCert(caPEM, caKey, "client-port", []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Default()
+	cfg.Server.Listen = "127.0.0.1:0"
+	cfg.Storage.DataDir = t.TempDir()
+	cfg.Storage.MinFree = 0
+	cfg.Server.TLSCert, cfg.Server.TLSKey = filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
+	if err := os.WriteFile(cfg.Server.TLSCert, certPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg.Server.TLSKey, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, stop := startRun(t, cfg)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	handshake := func(c *tls.Config) error {
+		c.RootCAs = pool
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: waitLimit}, "tcp", addr, c)
+		if err != nil {
+			return err
+		}
+		return conn.Close()
+	}
+	if err := handshake(&tls.Config{}); err != nil {
+		t.Fatalf("TLS 1.3: %v", err)
+	}
+	if err := handshake(&tls.Config{MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256}}); err != nil {
+		t.Fatalf("TLS 1.2 with an AEAD suite: %v", err)
+	}
+	if err := handshake(&tls.Config{MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA}}); err == nil {
+		t.Fatal("TLS 1.2 with a CBC suite was accepted on the client port")
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -197,7 +197,9 @@ func serverOptions(c ServerConfig, log *slog.Logger) (server.Options, error) {
 		if err != nil {
 			return o, fmt.Errorf("server.tls_cert: %w", err)
 		}
-		o.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		// The same TLS settings as the cluster and admin ports: 1.3
+		// preferred, 1.2 with AEAD suites only.
+		o.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, CipherSuites: federation.AEADSuites}
 	}
 	return o, o.Validate()
 }
