@@ -21,6 +21,7 @@ vet:
 # All tests, with the race detector.
 test: vet
 	$(GO) test -race -count=1 -timeout 9m ./...
+	$(GO) test -count=1 -tags faultinject -run '^TestFault' ./tools/internal/daemon/
 
 # The solo acceptance suite (tools/acceptance, docs/reliability.md): real
 # fibrild processes under SIGKILL, power cuts of loop-mounted XFS and ext4
@@ -58,6 +59,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSnapshot$$' -fuzztime $$((40000 * $(FUZZSCALE)))x ./appliance
 	$(GO) test -run '^$$' -fuzz '^FuzzApplyCommand$$' -fuzztime $$((40000 * $(FUZZSCALE)))x ./federation/control
 	$(GO) test -run '^$$' -fuzz '^FuzzSubjectMapping$$' -fuzztime $$((40000 * $(FUZZSCALE)))x ./bridge
+	$(GO) test -run '^$$' -fuzz '^FuzzParseTokens$$' -fuzztime $$((40000 * $(FUZZSCALE)))x ./tools/internal/daemon
 
 # Go benchmarks of the packages, then the log benchmark matrix.
 bench:

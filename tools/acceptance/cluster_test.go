@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fibril-edge/fibril/internal/fibrildproc"
 	"github.com/fibril-edge/fibril/wal"
 )
 
@@ -37,13 +38,14 @@ type clusterEnv struct {
 	byAddr map[string]int
 }
 
-// newClusterEnv starts three nodes, each on its own loop image of fs.
-func newClusterEnv(t *testing.T, ctx context.Context, fs string) *clusterEnv {
+// newClusterEnv starts three nodes, each on its own loop image of fs,
+// running fibrild built with tags.
+func newClusterEnv(t *testing.T, ctx context.Context, fs string, tags ...string) *clusterEnv {
 	t.Helper()
 	requireAcceptanceGate(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "fibrild")
-	if err := BuildFibrild(ctx, "../fibrild", bin); err != nil {
+	if err := fibrildproc.BuildWith(ctx, "../fibrild", bin, fibrildproc.BuildOptions{Tags: tags}); err != nil {
 		t.Fatal(err)
 	}
 	h, err := CreateHistory(filepath.Join(dir, "history.jsonl"), 0)
@@ -201,7 +203,7 @@ func (e *clusterEnv) verify(ctx context.Context, queues []QueueSpec) Report {
 // queue's first new confirm is reported (aim: under 5 s with the default
 // failover timeout of 3 s).
 func TestClusterOwnerKill(t *testing.T) {
-	ownerFaultCase(t, "ck", func(ctx context.Context, e *clusterEnv, i int) {
+	ownerFaultCase(t, "ck", func(ctx context.Context, e *clusterEnv, i int, queue string) {
 		e.nodes[i].Kill()
 		e.h.Fault("SIGKILL " + e.ids[i])
 	})
@@ -212,7 +214,7 @@ func TestClusterOwnerKill(t *testing.T) {
 // per mode. Nothing confirmed may be lost, buffered included: the
 // followers hold written copies and seal them with a sync.
 func TestClusterOwnerPowerCut(t *testing.T) {
-	ownerFaultCase(t, "cp", func(ctx context.Context, e *clusterEnv, i int) {
+	ownerFaultCase(t, "cp", func(ctx context.Context, e *clusterEnv, i int, queue string) {
 		e.h.CutBegins()
 		if err := e.loops[i].PowerCut(ctx); err != nil {
 			e.t.Fatal(err)
@@ -302,7 +304,7 @@ func TestClusterSitePowerCut(t *testing.T) {
 // recovery, and the followers' longer copies win. Nothing confirmed may
 // be lost, and every copy ends identical.
 func TestClusterOwnerBackShorter(t *testing.T) {
-	e := ownerFaultCase(t, "cb", func(ctx context.Context, e *clusterEnv, i int) {
+	e := ownerFaultCase(t, "cb", func(ctx context.Context, e *clusterEnv, i int, queue string) {
 		e.h.CutBegins()
 		if err := e.loops[i].PowerCut(ctx); err != nil {
 			e.t.Fatal(err)
@@ -323,13 +325,38 @@ func TestClusterOwnerBackShorter(t *testing.T) {
 	e.copiesIdentical(bothModes("cb"))
 }
 
+// Cluster case 6: the owner's log latches under load (every fdatasync of
+// the queue's segment files fails: fibrild built with -tags faultinject,
+// armed through POST /debug/fault). The owner stops confirming, asks for
+// its queue's recovery itself (its node still answers the leader), and a
+// follower takes over; the old owner, disarmed, seals its copy cut back
+// to its last sync and follows. Nothing confirmed may be lost, and every
+// copy ends identical.
+func TestClusterLatchedOwner(t *testing.T) {
+	e := ownerFaultCase(t, "cl", func(ctx context.Context, e *clusterEnv, i int, queue string) {
+		admin := e.nodes[i].Admin()
+		_, epoch := e.owner(ctx, queue, 0)
+		if status, err := adminJSON(ctx, admin, http.MethodPost, "/debug/fault", faultReq{Queue: queue, Op: "sync"}, nil); err != nil || status != http.StatusOK {
+			e.t.Fatalf("arm a sync fault on %s: %d %v", e.ids[i], status, err)
+		}
+		e.h.Fault("sync fault on " + e.ids[i] + "'s log of " + queue)
+		// Disarmed once the queue has moved: the node's copies from then on
+		// are a follower's.
+		e.owner(ctx, queue, epoch)
+		if _, err := adminJSON(ctx, admin, http.MethodPost, "/debug/fault", faultReq{Op: "off"}, nil); err != nil {
+			e.t.Fatalf("disarm the fault on %s: %v", e.ids[i], err)
+		}
+	}, "faultinject")
+	e.copiesIdentical(bothModes("cl"))
+}
+
 // ownerFaultCase loads a durable and a buffered queue through every
 // node's address, applies fault to each queue's owner in turn, and
 // checks that the queue moves, serves, and loses nothing confirmed once
 // the faulted node is back.
-func ownerFaultCase(t *testing.T, prefix string, fault func(ctx context.Context, e *clusterEnv, i int)) *clusterEnv {
+func ownerFaultCase(t *testing.T, prefix string, fault func(ctx context.Context, e *clusterEnv, i int, queue string), tags ...string) *clusterEnv {
 	ctx := caseCtx(t, 4*time.Minute)
-	e := newClusterEnv(t, ctx, "xfs")
+	e := newClusterEnv(t, ctx, "xfs", tags...)
 	queues := bothModes(prefix)
 	var runners []*Runner
 	for _, q := range queues {
@@ -348,7 +375,7 @@ func ownerFaultCase(t *testing.T, prefix string, fault func(ctx context.Context,
 		}
 		i, epoch := e.owner(ctx, q.Name, 0)
 		start := time.Now()
-		fault(ctx, e, i)
+		fault(ctx, e, i, q.Name)
 		e.schedule("fault on %s, owner of %s at epoch %d", e.ids[i], q.Name, epoch)
 		// The first confirm after the new owner serves: confirms the old
 		// owner had on the wire when it failed do not count.

@@ -52,15 +52,27 @@ type faultState struct {
 // storageFS is the broker's file system: the real one behind the injector.
 func storageFS() vfs.FS { return errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(faults.maybeError)) }
 
+// inQueueLogs reports whether path is a file of queue's logs: solo,
+// queues/<name>/<partition>/<file>; in a cluster, where a node keeps its
+// owned and followed logs alike, replicas/<name>/<incarnation>/<partition>/<file>.
+func inQueueLogs(path, queue string) bool {
+	dir := filepath.Dir(path)
+	if filepath.Base(filepath.Dir(dir)) == queue && filepath.Base(filepath.Dir(filepath.Dir(dir))) == "queues" {
+		return true
+	}
+	up := filepath.Dir(filepath.Dir(dir))
+	return filepath.Base(up) == queue && filepath.Base(filepath.Dir(up)) == "replicas"
+}
+
 // maybeError fails op when it is the armed kind on a segment file of the
-// armed queue's logs (queues/<name>/<partition>/<base>.seg).
+// armed queue's logs.
 func (f *faultInjector) maybeError(op errorfs.Op) error {
 	if !strings.HasSuffix(op.Path, ".seg") {
 		return nil
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.op == "" || filepath.Base(filepath.Dir(filepath.Dir(op.Path))) != f.queue {
+	if f.op == "" || !inQueueLogs(op.Path, f.queue) {
 		return nil
 	}
 	switch op.Kind {
