@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -323,6 +324,67 @@ func TestClusterOwnerBackShorter(t *testing.T) {
 		}
 	})
 	e.copiesIdentical(bothModes("cb"))
+}
+
+// Cluster case 5: a follower's data directory is wiped (raft state,
+// copies, everything) and the node rejoins under load; moments later the
+// queue's owner is SIGKILLed and comes back after the failover timeout.
+// The wiped node's new copies hold nothing it once acknowledged until
+// they caught up, so it must never stand in for the records it lost:
+// nothing confirmed may be lost, and every copy ends identical.
+func TestClusterWipedFollowerRejoins(t *testing.T) {
+	ctx := caseCtx(t, 4*time.Minute)
+	e := newClusterEnv(t, ctx, "xfs")
+	queues := bothModes("cw")
+	r, err := StartLoad(ctx, LoadOptions{Addr: e.addrs, History: e.h, Queues: queues,
+		Seed: e.seed, Prefix: "cw", Rate: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	if err := r.WaitConfirmed(ctx, r.Counts().Confirmed+600); err != nil {
+		t.Fatalf("before the wipe: %v", err)
+	}
+	o, epoch := e.owner(ctx, queues[0].Name, 0)
+	f := (o + 1) % len(e.nodes)
+	e.nodes[f].Kill()
+	if err := os.RemoveAll(e.nodes[f].DataDir); err != nil {
+		t.Fatal(err)
+	}
+	e.h.Fault("SIGKILL and data directory wiped: " + e.ids[f])
+	e.h.Restart()
+	if err := e.nodes[f].Start(ctx); err != nil {
+		t.Fatalf("restart %s wiped: %v", e.ids[f], err)
+	}
+	e.schedule("%s wiped and restarted", e.ids[f])
+	if err := r.WaitConfirmed(ctx, r.Counts().Confirmed+100); err != nil {
+		t.Fatalf("after the wipe: %v", err)
+	}
+	e.nodes[o].Kill()
+	e.h.Fault("SIGKILL " + e.ids[o])
+	e.schedule("SIGKILL %s, owner of %s at epoch %d", e.ids[o], queues[0].Name, epoch)
+	if err := pause(ctx, 5*time.Second); err != nil { // past the 3 s failover timeout
+		t.Fatal(err)
+	}
+	e.h.Restart()
+	if err := e.nodes[o].Start(ctx); err != nil {
+		t.Fatalf("restart %s: %v", e.ids[o], err)
+	}
+	e.schedule("%s restarted", e.ids[o])
+	for _, q := range queues {
+		i, ep := e.owner(ctx, q.Name, 0)
+		e.schedule("%s served by %s at epoch %d", q.Name, e.ids[i], ep)
+	}
+	if err := r.WaitConfirmed(ctx, r.Counts().Confirmed+300); err != nil {
+		t.Fatalf("after the owner's return: %v", err)
+	}
+	r.Stop()
+	e.copiesCaughtUp(ctx)
+	rep := e.verify(ctx, queues)
+	if len(rep.Lost) != 0 {
+		t.Fatalf("lost %d confirmed messages", len(rep.Lost))
+	}
+	e.copiesIdentical(queues)
 }
 
 // Cluster case 6: the owner's log latches under load (every fdatasync of
