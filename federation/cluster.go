@@ -384,6 +384,8 @@ func (c *Cluster) Attach(queue string, partition int, cfg appliance.QueueConfig,
 func (c *Cluster) beginInstance(queue string, partition int, log *wal.Log) (replication.History, string) {
 	fs := c.replicaFS
 	dir := c.logDir(queue, partition)
+	// A cut or damage the broker's open found ends the copy's liveness.
+	c.follower.NoteOpened(c.logCopy(queue, partition), log.Recovery())
 	h, err := replication.LoadHistory(fs, dir)
 	if err != nil {
 		c.log.Error("owned partition's history unreadable; starting a new one", "queue", queue, "partition", partition, "err", err)

@@ -99,6 +99,12 @@ func (f *failover) servedCh() <-chan struct{} {
 // incarnation. Before the control state knows the queue (a restart) the
 // newest incarnation on disk is the one.
 func (c *Cluster) logDir(queue string, partition int) string {
+	id := c.logCopy(queue, partition)
+	return c.replicaFS.PathJoin(c.replicaDir, queue, strconv.FormatUint(id.Incarnation, 10), strconv.Itoa(partition))
+}
+
+// logCopy names the copy logDir is the directory of.
+func (c *Cluster) logCopy(queue string, partition int) replication.CopyID {
 	var inc uint64
 	c.node.read(func(s *control.State) { inc = s.Queues[queue].Incarnation })
 	if inc == 0 {
@@ -109,7 +115,7 @@ func (c *Cluster) logDir(queue string, partition int) string {
 			}
 		}
 	}
-	return c.replicaFS.PathJoin(c.replicaDir, queue, strconv.FormatUint(inc, 10), strconv.Itoa(partition))
+	return replication.CopyID{Queue: queue, Incarnation: inc, Partition: partition}
 }
 
 // mayServe says whether this node may open queue as its owner now, and

@@ -475,3 +475,48 @@ func TestCopyIsLiveOnceCaughtUp(t *testing.T) {
 		t.Fatalf("seal after a stream brought the copy to the owner's end: %+v, want live at 110", res)
 	}
 }
+
+// A copy live when its process stopped is live again after a restart
+// under the same continuity token (a crash: the page cache kept what it
+// wrote), and not after one under another token (a power loss, a reboot,
+// a file system mounted again).
+func TestLiveCopyAcrossRestarts(t *testing.T) {
+	owner, err := wal.Open("owner", wal.Options{FS: vfs.NewMem(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close()
+	appendRecords(t, owner, 0, 50, wal.AfterFlush)
+	fs := vfs.NewMem()
+	id := CopyID{Queue: "q", Partition: 0}
+	open := func(token string) *Follower {
+		return NewFollower(FollowerOptions{Dir: "r", FS: fs, Logger: quiet, Continuity: func(string) string { return token }})
+	}
+	f := open("boot-1/mount-7")
+	gate := NewGate(Written, 2, []string{"f1"})
+	s := StartSender(SenderOptions{Hello: Hello{Epoch: 1, Queue: "q"}, Follower: "f1", Addr: serveFollower(t, f),
+		Dial: dialTCP, Log: owner, Gate: gate, Logger: quiet})
+	waitGate(t, gate, 50)
+	s.Close()
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	epoch := uint64(1)
+	for _, tc := range []struct {
+		token string
+		live  bool
+	}{{"boot-1/mount-7", true}, {"boot-1/mount-7", true}, {"boot-2/mount-7", false}, {"boot-1/mount-7", false}} {
+		f := open(tc.token)
+		epoch++
+		res, err := f.Seal(t.Context(), id, epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Cut == tc.live {
+			t.Fatalf("seal after a restart under %q: cut %v, want live %v", tc.token, res.Cut, tc.live)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

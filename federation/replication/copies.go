@@ -123,6 +123,10 @@ func (f *Follower) attach(h Hello, c net.Conn) (*replica, chan struct{}, error) 
 				f.mu.Unlock()
 				return nil, nil, fmt.Errorf("open replica %s: %w", id, err)
 			}
+			if lostAtOpen(log.Recovery()) {
+				f.live[id] = liveNo
+				f.forgetLive(id)
+			}
 			r = &replica{id: id, log: log}
 			f.replicas[key] = r
 		}
@@ -155,9 +159,13 @@ func (f *Follower) openLog(id CopyID, interval time.Duration) (*wal.Log, error) 
 	}
 	// No tail cache: nothing reads a copy while it follows (a recovery
 	// reads it once), and a node may follow many partitions.
-	return wal.Open(dir, wal.Options{FS: f.opts.FS, SegmentSize: f.opts.SegmentSize,
+	log, err := wal.Open(dir, wal.Options{FS: f.opts.FS, SegmentSize: f.opts.SegmentSize,
 		TailCacheBytes: -1, BackgroundSyncInterval: interval,
 		Logger: f.opts.Logger.With("replica", replicaKey(id.Queue, id.Partition))})
+	if err != nil {
+		return nil, err
+	}
+	return log, nil
 }
 
 // waitHeldLocked ends the stream or seal holding r and waits for it to

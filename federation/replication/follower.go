@@ -52,6 +52,11 @@ type FollowerOptions struct {
 	// its verified certificate; ok false without one): a stream is taken
 	// only from the owner its Hello names. Default: no check.
 	PeerID func(net.Conn) (id string, ok bool)
+	// Continuity, when set, returns the token that tells a restart of the
+	// process from a power loss for a copy's directory (live.go); ""
+	// means unknown. Default: the kernel's boot id and the directory's
+	// mount id, on the operating system's file system only.
+	Continuity func(dir string) string
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -69,7 +74,7 @@ type Follower struct {
 	// and one that is not open is removed, under it (see copies.go).
 	mu       sync.Mutex
 	replicas map[string]*replica
-	live     map[CopyID]bool // the copies complete in this process (seal.go)
+	live     map[CopyID]liveness // live.go
 	closed   bool
 	interval time.Duration  // the copies' background sync interval
 	wg       sync.WaitGroup // streams and removals under way
@@ -88,7 +93,7 @@ func NewFollower(o FollowerOptions) *Follower {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Follower{opts: o, ctx: ctx, cancel: cancel, replicas: map[string]*replica{},
-		live: map[CopyID]bool{}, interval: o.BackgroundSyncInterval}
+		live: map[CopyID]liveness{}, interval: o.BackgroundSyncInterval}
 }
 
 // SetBackgroundSyncInterval changes the background sync interval of every

@@ -46,58 +46,6 @@ type SealResult struct {
 	NoCopy bool // this node holds no copy of the partition
 }
 
-// A copy is live while this process holds every record the copy ever
-// acknowledged, unsynced ones included: since this process made it
-// complete, nothing reopened it. A copy becomes live when a stream
-// brings it to the owner's written end at the stream's start (everything
-// the owner had then, and so everything it had confirmed), and when this
-// node is installed as its owner (MarkLive: the owner writes every record
-// itself). Opening it from disk does not make it live: a power cut before
-// that open may have dropped what it had not synced. Reopening it after a
-// storage failure, or cutting it back, ends it (MarkCut).
-//
-// Liveness lives in memory only, on purpose: a restart is exactly what
-// may have lost the unsynced tail. A buffered queue's recovery counts
-// only live witnesses toward E-W+1 (a written set meets them in a copy
-// that still holds its records), and waits for every copy when too few
-// are live (control.Assignment.Installable).
-
-// MarkLive records that this process holds every record of copy id.
-func (f *Follower) MarkLive(id CopyID) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.live[id] = true
-}
-
-// MarkCut records that copy id may have lost unsynced records.
-func (f *Follower) MarkCut(id CopyID) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.live, id)
-}
-
-func (f *Follower) isLive(id CopyID) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.live[id]
-}
-
-// liveAt makes copy id live once log, fed by a stream whose owner had
-// written up to end when it started, holds everything before end.
-func (f *Follower) liveAt(ctx context.Context, id CopyID, log *wal.Log, end uint64) {
-	// The stream may end (ctx) as the copy gets there: look at the log
-	// itself, which the stream holds open until this returns.
-	_, _ = log.WaitWritten(ctx, end)
-	if log.WrittenNext() < end {
-		return
-	}
-	select {
-	case <-log.Latched(): // it may have lost what it wrote
-	default:
-		f.MarkLive(id)
-	}
-}
-
 // MarkCatchUp writes dir's catch-up marker (to: the owner's end it must
 // reach), synced, creating dir first.
 func MarkCatchUp(fs vfs.FS, dir string, to uint64) error {
