@@ -288,6 +288,7 @@ func (n *Node) Declare(ctx context.Context, c appliance.QueueConfig, policy stri
 	if err != nil {
 		return control.Queue{}, false, err
 	}
+	n.awaitMembers(ctx)
 	cmd := control.Command{Op: control.OpDeclare, Queue: &c, Policy: p}
 	if warning != "" {
 		n.log.Warn(warning, "queue", c.Name)
@@ -303,6 +304,30 @@ func (n *Node) Declare(ctx context.Context, c appliance.QueueConfig, policy stri
 		return ok
 	})
 	return r.Queue, r.Created, err
+}
+
+// membersWait bounds how long a declare waits for the members a new
+// cluster starts with.
+const membersWait = 10 * time.Second
+
+// awaitMembers waits, up to membersWait, until this node and the peers it
+// was started with are members of the state: a declare right after the
+// cluster started would otherwise be placed on fewer nodes, or refused as
+// "not enough members", while the members' announcements are on their way.
+func (n *Node) awaitMembers(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, membersWait)
+	defer cancel()
+	_ = n.waitFor(ctx, func(s *control.State) bool {
+		if _, ok := s.Members[n.opts.ID]; !ok {
+			return false
+		}
+		for _, p := range n.opts.Peers {
+			if _, ok := s.Members[p.ID]; !ok {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // waitFor waits until this node's view of the state satisfies cond.

@@ -162,6 +162,10 @@ func (c *conn) subscribe(f *wire.Subscribe) wire.Frame {
 		remote, n, ok, rerr := c.s.opts.Cluster.Consume(context.Background(), f.Queue, o)
 		if ok {
 			sub, err, parts = remote, rerr, uint16(n)
+		} else if local, err = c.s.b.Subscribe(f.Queue, o); err == nil {
+			// This node owns it, and Consume waited until its broker
+			// served it (a queue just declared, or just failed over).
+			sub = local
 		}
 	}
 	if err != nil {
