@@ -19,7 +19,7 @@ const (
 	// DefaultCatchUpLag: a follower further behind than this many records
 	// is catching up through the pull path, one synced batch per Pull.
 	DefaultCatchUpLag = 4096
-	// DefaultRetry is the first reconnect delay; it doubles up to 5 s.
+	// DefaultRetry is the first reconnect delay; it doubles up to maxRetry.
 	DefaultRetry = 50 * time.Millisecond
 )
 
@@ -112,13 +112,22 @@ func (s *Sender) Stats() SenderStats {
 	return st
 }
 
+// maxRetry caps the delay between a stream's reconnects: a follower that
+// restarted is fed again within it, and until then its copy is not live
+// (live.go), so a recovery of a buffered queue could not count it.
+const maxRetry = time.Second
+
 func (s *Sender) run(ctx context.Context) {
 	defer close(s.done)
 	delay := s.o.Retry
 	for {
+		began := time.Now()
 		err := s.stream(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		if time.Since(began) > maxRetry {
+			delay = s.o.Retry // it streamed a while: a new failure starts over
 		}
 		s.o.Logger.Warn("replication stream ended; reconnecting", "err", err, "in", delay)
 		select {
@@ -126,7 +135,7 @@ func (s *Sender) run(ctx context.Context) {
 			return
 		case <-time.After(delay):
 		}
-		delay = min(2*delay, 5*time.Second)
+		delay = min(2*delay, maxRetry)
 	}
 }
 

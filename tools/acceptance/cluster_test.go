@@ -462,6 +462,9 @@ func ownerFaultCase(t *testing.T, prefix string, fault func(ctx context.Context,
 			default: // the fault brought it back already
 			}
 		}
+		// The next fault finds the followers up: caught up, holding what
+		// their owners hold.
+		e.copiesCaughtUp(ctx)
 	}
 	for _, r := range runners {
 		if err := r.WaitConfirmed(ctx, r.Counts().Confirmed+200); err != nil {
