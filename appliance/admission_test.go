@@ -84,8 +84,13 @@ func TestLimitsHoldUnderConcurrentPublishers(t *testing.T) {
 
 		name = "bytes-" + mode.String()
 		declare(t, ctx, b, QueueConfig{Name: name, Durability: mode, MaxBytes: 1000})
-		if got, _ := publishAll(t, b, name, 300, 100); got != 10 {
-			t.Errorf("%s: %d messages of 100 bytes confirmed under a 1000-byte limit, want 10", name, got)
+		// Each stores its 100-byte body and its header ("i" and 1 to 3
+		// digits): 102 to 104 bytes, so 9 fit and never 10.
+		if got, _ := publishAll(t, b, name, 300, 100); got != 9 {
+			t.Errorf("%s: %d messages of 102-104 stored bytes confirmed under a 1000-byte limit, want 9", name, got)
+		}
+		if in := info(t, b, name); in.Bytes > 1000 {
+			t.Errorf("%s holds %d bytes, limit 1000", name, in.Bytes)
 		}
 
 		name = "drop-" + mode.String()

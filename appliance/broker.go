@@ -278,6 +278,10 @@ func (b *Broker) PublishAsync(queueName string, m Message, done func(Confirm, er
 		done(Confirm{}, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(m.Body), b.opts.MaxMessageBytes))
 		return
 	}
+	if err := checkEncodable(m); err != nil {
+		done(Confirm{}, err)
+		return
+	}
 	now := time.Now()
 	if obs := b.opts.Observer; obs != nil {
 		inner, mode := done, q.cfg().Durability

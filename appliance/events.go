@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -39,6 +40,36 @@ type publishRecord struct {
 }
 
 var errBadEvent = errors.New("appliance: malformed log event")
+
+// Limits of what a publish record holds: its lengths are u16.
+const (
+	// MaxMessageIDBytes is the longest message id, the wire protocol's
+	// string limit. The dedupe table's byte bound (QueueConfig.
+	// DedupeMaxBytes) counts ids, so long ids shorten what it remembers
+	// rather than grow it.
+	MaxMessageIDBytes = math.MaxUint16
+	// MaxHeaders is the most headers a message carries; each key and
+	// value is at most MaxHeaderBytes.
+	MaxHeaders     = math.MaxUint16
+	MaxHeaderBytes = math.MaxUint16
+)
+
+// checkEncodable refuses a message whose id or headers do not fit a
+// publish record, which would otherwise be cut short when encoded.
+func checkEncodable(m Message) error {
+	if len(m.ID) > MaxMessageIDBytes {
+		return fmt.Errorf("%w: message id of %d bytes (at most %d)", ErrInvalid, len(m.ID), MaxMessageIDBytes)
+	}
+	if len(m.Headers) > MaxHeaders {
+		return fmt.Errorf("%w: %d headers (at most %d)", ErrInvalid, len(m.Headers), MaxHeaders)
+	}
+	for _, h := range m.Headers {
+		if len(h.Key) > MaxHeaderBytes || len(h.Value) > MaxHeaderBytes {
+			return fmt.Errorf("%w: header %.32q: key or value longer than %d bytes", ErrInvalid, h.Key, MaxHeaderBytes)
+		}
+	}
+	return nil
+}
 
 func encodePublish(p publishRecord) []byte {
 	n := 8 + 2 + len(p.MessageID) + 2 + len(p.Body)

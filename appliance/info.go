@@ -11,7 +11,7 @@ type QueueInfo struct {
 	Config      QueueConfig
 	Warning     string // the loss-window warning for buffered queues
 	Messages    int64  // unsettled: ready plus in flight
-	Bytes       int64
+	Bytes       int64  // what the unsettled messages store: bodies, headers and ids, as MaxBytes counts
 	Ready       int64
 	InFlight    int64 // leased to consumers or being settled
 	Consumers   int

@@ -136,7 +136,7 @@ func (q *queue) publish(m Message, now time.Time, done func(Confirm, error)) {
 		}
 	}
 	p := q.pick(m.Key)
-	size := int64(len(m.Body))
+	size := storedSize(m.ID, m.Headers, m.Body) // as the state counts it once applied
 	reserved, err := q.makeRoom(p, size)
 	if err != nil {
 		done(Confirm{}, err)

@@ -17,7 +17,7 @@ type partitionState struct {
 	msgs        map[uint64]*message
 	ready       offsetHeap // may hold stale offsets: checked on pop
 	count       int64      // unsettled messages
-	bytes       int64      // their payload bytes
+	bytes       int64      // what they store: storedSize of each
 	appliedNext uint64     // offset after the last applied record
 }
 
@@ -33,11 +33,23 @@ const (
 // body stays in the log.
 type message struct {
 	offset     uint64
-	size       int64
+	size       int64  // storedSize: what the queue's max_bytes counts
 	deliveries uint32 // deliveries that ended without an ack (release, expiry)
 	at         time.Time
 	id         string
 	status     msgStatus
+}
+
+// storedSize is what a message counts against its queue's MaxBytes and in
+// its reported bytes: the body, every header's key and value, and the id.
+// A message's Key only picks its partition and is not stored, so it does
+// not count; neither do the record's fixed framing bytes.
+func storedSize(id string, headers []Header, body []byte) int64 {
+	n := int64(len(id)) + int64(len(body))
+	for _, h := range headers {
+		n += int64(len(h.Key)) + int64(len(h.Value))
+	}
+	return n
 }
 
 func newPartitionState(next uint64) *partitionState {
@@ -70,7 +82,7 @@ func (s *partitionState) apply(r wal.Record, maxDeliveries int) (applyEffect, er
 		if err != nil {
 			return effectNone, fmt.Errorf("offset %d: %w", r.Offset, err)
 		}
-		m := &message{offset: r.Offset, size: int64(len(p.Body)), at: p.At, id: p.MessageID}
+		m := &message{offset: r.Offset, size: storedSize(p.MessageID, p.Headers, p.Body), at: p.At, id: p.MessageID}
 		s.add(m)
 		return effectReady, nil
 	}

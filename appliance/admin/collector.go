@@ -50,7 +50,7 @@ var queueMetrics = []queueMetric{
 		func(q appliance.QueueInfo) float64 { return float64(q.Ready) }},
 	{desc("fibril_queue_in_flight_messages", "Messages leased to consumers or being settled.", queueLabels...), prometheus.GaugeValue,
 		func(q appliance.QueueInfo) float64 { return float64(q.InFlight) }},
-	{desc("fibril_queue_bytes", "Bytes of unsettled message bodies.", queueLabels...), prometheus.GaugeValue,
+	{desc("fibril_queue_bytes", "Bytes the unsettled messages store: bodies, headers and ids (what max_bytes counts).", queueLabels...), prometheus.GaugeValue,
 		func(q appliance.QueueInfo) float64 { return float64(q.Bytes) }},
 	{desc("fibril_queue_consumers", "Subscriptions on the queue.", queueLabels...), prometheus.GaugeValue,
 		func(q appliance.QueueInfo) float64 { return float64(q.Consumers) }},

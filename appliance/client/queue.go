@@ -93,7 +93,8 @@ func (q QueueConfig) AckDeadline(d time.Duration) QueueConfig {
 	return q
 }
 
-// MaxBytes limits the queue's size in bytes.
+// MaxBytes limits the queue's size in bytes: what its unsettled messages
+// store, each counting its body, header keys and values, and id.
 func (q QueueConfig) MaxBytes(n int64) QueueConfig {
 	if n < 1 {
 		return q.bad(fmt.Sprintf("max bytes %d (want at least 1)", n))
