@@ -73,7 +73,7 @@ func (b *Broker) checkpointPartition(p *partition) error {
 	// 1. Capture at a boundary.
 	p.mu.Lock()
 	snap := p.core.st.capture()
-	snap.Dedupe = append([]dedupeRecord(nil), p.dedupe...)
+	snap.Dedupe = p.q.dedupe.records(p.idx) // every id applied below the boundary is marked: remember runs under mu
 	p.dirty = false
 	p.mu.Unlock()
 	// 2. Sync the log to the boundary and check the durable frontier.

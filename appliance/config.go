@@ -116,6 +116,13 @@ type QueueConfig struct {
 	MaxMessages   int64         `json:"MaxMessages"`   // 0: unlimited
 	Overflow      Overflow      `json:"Overflow"`
 	DedupeWindow  time.Duration `json:"DedupeWindow"` // 0: no dedupe
+	// DedupeMaxEntries and DedupeMaxBytes bound the ids each partition
+	// remembers for the dedupe window (bytes: each id's length plus
+	// DedupeEntryCost). Past either, the oldest ids are forgotten early and
+	// counted; dedupe then holds only for the newest that fit. 0: the
+	// defaults, DefaultDedupeMaxEntries and DefaultDedupeMaxBytes.
+	DedupeMaxEntries int64 `json:"DedupeMaxEntries,omitempty"`
+	DedupeMaxBytes   int64 `json:"DedupeMaxBytes,omitempty"`
 }
 
 // ValidateName reports whether name can be a queue name.
@@ -161,6 +168,12 @@ func (c QueueConfig) Validate() error {
 	if c.DedupeWindow < 0 || c.DedupeWindow > MaxDedupeWindow {
 		errs = append(errs, fmt.Errorf("dedupe window %v (0-%v)", c.DedupeWindow, MaxDedupeWindow))
 	}
+	if c.DedupeMaxEntries < 0 || c.DedupeMaxEntries > MaxDedupeEntries {
+		errs = append(errs, fmt.Errorf("dedupe max entries %d (1-%d, or 0 for %d)", c.DedupeMaxEntries, MaxDedupeEntries, DefaultDedupeMaxEntries))
+	}
+	if c.DedupeMaxBytes != 0 && (c.DedupeMaxBytes < MinDedupeMaxBytes || c.DedupeMaxBytes > MaxDedupeMaxBytes) {
+		errs = append(errs, fmt.Errorf("dedupe max bytes %d (%d-%d, or 0 for %d)", c.DedupeMaxBytes, MinDedupeMaxBytes, MaxDedupeMaxBytes, DefaultDedupeMaxBytes))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: queue %s: %w", ErrInvalid, c.Name, err)
 	}
@@ -199,6 +212,12 @@ func (stored QueueConfig) Merge(c QueueConfig) (QueueConfig, error) {
 	}
 	if c.DedupeWindow != 0 {
 		out.DedupeWindow = c.DedupeWindow
+	}
+	if c.DedupeMaxEntries != 0 {
+		out.DedupeMaxEntries = c.DedupeMaxEntries
+	}
+	if c.DedupeMaxBytes != 0 {
+		out.DedupeMaxBytes = c.DedupeMaxBytes
 	}
 	return out, nil
 }

@@ -30,6 +30,11 @@
 //	message:  u64 offset | u32 deliveries | u64 size | i64 unix nanos | u16 len id | id
 //	dedupe:   u64 offset | i64 unix nanos | u16 len id | id
 //
+// A message's size is what it stores (body, header keys and values, id),
+// the figure a queue's MaxBytes counts. The dedupe list is the
+// partition's remembered ids, oldest first, within the queue's dedupe
+// bounds (dedupe.go).
+//
 // # Log records (the payload of a wal record; little endian)
 //
 //	type 1 publish       i64 unix nanos | u16 len id | id | u16 n headers | n × (u16 k | k | u16 v | v) | body
@@ -74,6 +79,8 @@
 // batch has its own mutex (batch.go); ckptMu is held across one
 // checkpoint. The message count and bytes are lock-free mirrors, written
 // only under mu. A Subscription's mutex guards its own credit and held
-// tags. Lock order: partition.ckptMu, then partition.mu, then
-// Subscription.mu.
+// tags. The queue's dedupe table has its own mutex, taken under
+// partition.mu (an applied publish marks its id stored) and never the
+// other way. Lock order: partition.ckptMu, then partition.mu, then
+// Subscription.mu or the dedupe table's mutex.
 package appliance

@@ -16,6 +16,7 @@ type QueueInfo struct {
 	InFlight    int64 // leased to consumers or being settled
 	Consumers   int
 	Counters    QueueCounters
+	Dedupe      DedupeInfo // the dedupe table, all partitions together; zero without a dedupe window
 	Partitions  []PartitionInfo
 	Unavailable string // why the queue is not serving, if it is not
 }
@@ -103,6 +104,7 @@ func (q *queue) info(now time.Time) QueueInfo {
 		RejectedFull: c.rejectedFull.Load(), RejectedDisk: c.rejectedDisk.Load(), DroppedOverflow: c.dropped.Load(),
 		LostQuarantined: c.lostQuarantined.Load(),
 	}
+	in.Dedupe = q.dedupe.info()
 	for _, p := range q.parts {
 		st := p.log.Status()
 		pi := PartitionInfo{

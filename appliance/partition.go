@@ -22,8 +22,8 @@ import (
 // the lock, ask the core, and carry out what it returns.
 //
 // Each piece of mutable state has one owner, named by the comment on its
-// group. Lock order: ckptMu, then mu, then Subscription.mu; mu is never
-// taken with submitMu or batch.mu held.
+// group. Lock order: ckptMu, then mu, then Subscription.mu or the queue's
+// dedupe table; mu is never taken with submitMu or batch.mu held.
 type partition struct {
 	// Set at open, never changed. The log is safe for concurrent use.
 	q    *queue
@@ -44,7 +44,6 @@ type partition struct {
 	// dispatcher and settling callers by asking the core.
 	mu          sync.Mutex
 	core        dispatchCore[*Subscription] // the applied state, leases and subscriptions
-	dedupe      []dedupeRecord              // recent message ids, for snapshots
 	quarantined []quarantineRecord
 	dirty       bool // applied since the last checkpoint
 
@@ -93,7 +92,6 @@ func openPartition(q *queue, idx int, log *wal.Log, rp *replayer, gate ReplicaGa
 		dur:         appendBoundary(q.cfg().Durability),
 		applyCh:     make(chan pendingAppend, 1024),
 		core:        newDispatchCore[*Subscription](rp.st),
-		dedupe:      rp.dedupe,
 		quarantined: rp.quarantined,
 		kick:        make(chan struct{}, 1),
 		closing:     make(chan struct{}),
@@ -241,7 +239,7 @@ func (p *partition) heldIDs(from, to uint64) *heldDedupe {
 			if err != nil || pr.MessageID == "" {
 				continue
 			}
-			if e, ok := p.q.holdDedupe(pr.MessageID, pr.At); ok {
+			if e, ok := p.q.dedupe.hold(pr.MessageID, p.idx, pr.At, p.q.cfg().dedupeBounds()); ok {
 				h.entries[r.Offset] = heldID{id: pr.MessageID, e: e}
 			}
 		}
@@ -254,8 +252,7 @@ func (p *partition) heldIDs(from, to uint64) *heldDedupe {
 func (h *heldDedupe) applied(next uint64) {
 	for off, hid := range h.entries {
 		if off < next {
-			hid.e.confirm = Confirm{Queue: h.q.cfg().Name, Partition: h.idx, Offset: off, Durability: h.q.cfg().Durability}
-			close(hid.e.done)
+			h.q.dedupe.complete(hid.e, off, nil)
 			delete(h.entries, off)
 		}
 	}
@@ -264,9 +261,7 @@ func (h *heldDedupe) applied(next uint64) {
 // fail forgets the ids of records not applied.
 func (h *heldDedupe) fail() {
 	for off, hid := range h.entries {
-		hid.e.err = fmt.Errorf("%w: the partition closed before the record was confirmed", ErrUnavailable)
-		close(hid.e.done)
-		h.q.dedupeForget(hid.id, hid.e)
+		h.q.dedupe.complete(hid.e, 0, fmt.Errorf("%w: the partition closed before the record was confirmed", ErrUnavailable))
 		delete(h.entries, off)
 	}
 }
@@ -406,19 +401,15 @@ func (p *partition) mirrorLocked() {
 	p.bytes.Store(p.core.st.bytes)
 }
 
-// rememberLocked keeps a published message id for the dedupe window.
+// rememberLocked marks a published message id stored in the queue's
+// dedupe table, and lets the message share the table's copy of its id.
 func (p *partition) rememberLocked(off uint64) {
 	m := p.core.st.msgs[off]
-	window := p.q.cfg().DedupeWindow
-	if m == nil || m.id == "" || window <= 0 {
+	cfg := p.q.cfg()
+	if m == nil || m.id == "" || cfg.DedupeWindow <= 0 {
 		return
 	}
-	p.dedupe = append(p.dedupe, dedupeRecord{ID: m.id, Offset: off, At: m.at})
-	n := 0
-	for n < len(p.dedupe) && m.at.Sub(p.dedupe[n].At) > window {
-		n++
-	}
-	p.dedupe = p.dedupe[n:]
+	m.id = p.q.dedupe.remember(m.id, p.idx, off, m.at, cfg.dedupeBounds())
 }
 
 func (p *partition) wake() {

@@ -39,9 +39,7 @@ type queue struct {
 	subsMu sync.Mutex
 	subs   map[*Subscription]struct{}
 
-	dedupeMu sync.Mutex // guards dedupe and dedupeOrder
-	dedupe   map[string]*dedupeEntry
-	order    []dedupeKey
+	dedupe *dedupeTable // message ids inside the dedupe window
 
 	admit admission
 
@@ -61,18 +59,6 @@ type admission struct {
 type queueCounters struct {
 	published, duplicates, expired, discarded, deadLettered atomic.Int64
 	rejectedFull, rejectedDisk, dropped, lostQuarantined    atomic.Int64
-}
-
-type dedupeEntry struct {
-	at      time.Time
-	confirm Confirm
-	err     error
-	done    chan struct{} // closed once the original publish completed
-}
-
-type dedupeKey struct {
-	id string
-	at time.Time
 }
 
 func (q *queue) wakeAll() {
@@ -113,29 +99,25 @@ func (q *queue) size() (count, bytes int64) {
 
 // publish runs a publish through dedupe, limits and the partition's batch.
 func (q *queue) publish(m Message, now time.Time, done func(Confirm, error)) {
-	if m.ID != "" && q.cfg().DedupeWindow > 0 {
-		e, dup := q.dedupeLookup(m.ID, now)
+	p := q.pick(m.Key)
+	if cfg := q.cfg(); m.ID != "" && cfg.DedupeWindow > 0 {
+		e, dup := q.dedupe.lookup(m.ID, p.idx, now, cfg, func(part int, off uint64, err error) {
+			if err != nil {
+				done(Confirm{}, err)
+				return
+			}
+			done(Confirm{Queue: cfg.Name, Partition: part, Offset: off, Duplicate: true, Durability: cfg.Durability}, nil)
+		})
 		if dup {
 			q.counters.duplicates.Add(1)
-			q.b.bg.Go(func() {
-				<-e.done
-				c := e.confirm
-				c.Duplicate = true
-				done(c, e.err)
-			})
 			return
 		}
 		inner := done
 		done = func(c Confirm, err error) {
-			e.confirm, e.err = c, err
-			close(e.done)
-			if err != nil {
-				q.dedupeForget(m.ID, e)
-			}
+			q.dedupe.complete(e, c.Offset, err)
 			inner(c, err)
 		}
 	}
-	p := q.pick(m.Key)
 	size := storedSize(m.ID, m.Headers, m.Body) // as the state counts it once applied
 	reserved, err := q.makeRoom(p, size)
 	if err != nil {
@@ -154,64 +136,6 @@ func (q *queue) publish(m Message, now time.Time, done func(Confirm, error)) {
 		q.counters.published.Add(1)
 		done(Confirm{Queue: q.cfg().Name, Partition: p.idx, Offset: res.First, Durability: q.cfg().Durability}, nil)
 	})
-}
-
-// dedupeLookup returns the entry for id and whether it is a duplicate; a
-// new id gets a pending entry that the publish completes.
-func (q *queue) dedupeLookup(id string, now time.Time) (*dedupeEntry, bool) {
-	q.dedupeMu.Lock()
-	defer q.dedupeMu.Unlock()
-	n := 0
-	for n < len(q.order) && now.Sub(q.order[n].at) > q.cfg().DedupeWindow {
-		if e, ok := q.dedupe[q.order[n].id]; ok && e.at.Equal(q.order[n].at) {
-			delete(q.dedupe, q.order[n].id)
-		}
-		n++
-	}
-	q.order = q.order[n:]
-	if e, ok := q.dedupe[id]; ok && now.Sub(e.at) <= q.cfg().DedupeWindow {
-		return e, true
-	}
-	e := &dedupeEntry{at: now, done: make(chan struct{})}
-	q.dedupe[id] = e
-	q.order = append(q.order, dedupeKey{id: id, at: now})
-	return e, false
-}
-
-func (q *queue) dedupeForget(id string, e *dedupeEntry) {
-	q.dedupeMu.Lock()
-	if q.dedupe[id] == e {
-		delete(q.dedupe, id)
-	}
-	q.dedupeMu.Unlock()
-}
-
-// holdDedupe registers id, published at at, as pending, unless the
-// window knows it already.
-func (q *queue) holdDedupe(id string, at time.Time) (*dedupeEntry, bool) {
-	q.dedupeMu.Lock()
-	defer q.dedupeMu.Unlock()
-	if _, ok := q.dedupe[id]; ok {
-		return nil, false
-	}
-	e := &dedupeEntry{at: at, done: make(chan struct{})}
-	q.dedupe[id] = e
-	q.order = append(q.order, dedupeKey{id: id, at: at})
-	return e, true
-}
-
-// restoreDedupe loads ids published inside the window (from snapshots and
-// replay) after a restart.
-func (q *queue) restoreDedupe(recs []dedupeRecord, partition int) {
-	q.dedupeMu.Lock()
-	defer q.dedupeMu.Unlock()
-	for _, r := range recs {
-		e := &dedupeEntry{at: r.At, done: make(chan struct{}),
-			confirm: Confirm{Queue: q.cfg().Name, Partition: partition, Offset: r.Offset, Durability: q.cfg().Durability}}
-		close(e.done)
-		q.dedupe[r.ID] = e
-		q.order = append(q.order, dedupeKey{id: r.ID, at: r.At})
-	}
 }
 
 // makeRoom applies the queue's limits and the broker's disk limits to a

@@ -16,7 +16,7 @@ func (b *Broker) queueDir(name string) string {
 
 // openQueue opens every partition of a declared queue.
 func (b *Broker) openQueue(cfg QueueConfig) (*queue, error) {
-	q := &queue{b: b, subs: make(map[*Subscription]struct{}), dedupe: make(map[string]*dedupeEntry)}
+	q := &queue{b: b, subs: make(map[*Subscription]struct{}), dedupe: newDedupeTable(cfg.Partitions)}
 	q.config.Store(&cfg)
 	for i := 0; i < cfg.Partitions; i++ {
 		p, err := b.openPartition(q, i)
@@ -44,7 +44,8 @@ func (b *Broker) openPartition(q *queue, idx int) (*partition, error) {
 	held := b.opts.Replication != nil
 	rp := &replayer{q: q, live: !held, held: held, st: newPartitionState(0)}
 	if haveSnap {
-		rp.st, rp.dedupe = snap.restore(), snap.Dedupe
+		rp.st = snap.restore()
+		rp.addDedupe(snap.Dedupe...)
 	}
 	dir := b.opts.FS.PathJoin(b.queueDir(q.cfg().Name), strconv.Itoa(idx))
 	if b.opts.LogDir != nil {
@@ -67,7 +68,7 @@ func (b *Broker) openPartition(q *queue, idx int) (*partition, error) {
 		_ = log.Close()
 		return nil, err
 	}
-	q.restoreDedupe(rp.dedupe, idx)
+	q.dedupe.restore(idx, rp.dedupe.recs, time.Now(), q.cfg().DedupeWindow, q.cfg().dedupeBounds())
 	var gate ReplicaGate
 	if r := b.opts.Replication; r != nil {
 		gate = r.Attach(q.cfg().Name, idx, *q.cfg(), log)
@@ -93,7 +94,7 @@ func walInterval(s Settings) time.Duration {
 type replayer struct {
 	q           *queue
 	st          *partitionState
-	dedupe      []dedupeRecord     // ids published inside the dedupe window
+	dedupe      dedupeRecords      // ids published inside the dedupe window, newest within the bounds
 	over        []uint64           // messages found past max deliveries
 	quarantined []quarantineRecord // corrupt segments set aside
 	live        bool               // applying records as recovery scans them
@@ -127,10 +128,21 @@ func (rp *replayer) apply(r wal.Record) error {
 		rp.over = append(rp.over, target)
 	case r.Type == recPublish && cfg.DedupeWindow > 0:
 		if m := rp.st.msgs[r.Offset]; m != nil && m.id != "" {
-			rp.dedupe = append(rp.dedupe, dedupeRecord{ID: m.id, Offset: r.Offset, At: m.at})
+			rp.addDedupe(dedupeRecord{ID: m.id, Offset: r.Offset, At: m.at})
 		}
 	}
 	return nil
+}
+
+// addDedupe keeps ids found stored for the queue's dedupe table.
+func (rp *replayer) addDedupe(recs ...dedupeRecord) {
+	if rp.q.cfg().DedupeWindow <= 0 {
+		return
+	}
+	bounds := rp.q.cfg().dedupeBounds()
+	for _, r := range recs {
+		rp.dedupe.add(r, bounds)
+	}
 }
 
 // rebuild checks the snapshot against the opened log and replays what the

@@ -243,7 +243,8 @@ func TestRestartDeadLettersOnce(t *testing.T) {
 	}
 	r := &replayer{q: q, st: newPartitionState(0)}
 	if haveSnap {
-		r.st, r.dedupe = snap.restore(), snap.Dedupe
+		r.st = snap.restore()
+		r.addDedupe(snap.Dedupe...)
 	}
 	if err := b.rebuild(r, 0, q.parts[0].log, haveSnap, snap); err != nil {
 		t.Fatal(err)

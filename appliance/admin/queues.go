@@ -24,6 +24,7 @@ type queueView struct {
 	MaxDeliv    int             `json:"max_deliveries"`
 	AckDeadline int64           `json:"ack_deadline_ms"`
 	Dedupe      int64           `json:"dedupe_window_ms"`
+	DedupeTable dedupeView      `json:"dedupe"`
 	Limits      limitsView      `json:"limits"`
 	Partitions  []partitionView `json:"partitions"`
 }
@@ -32,6 +33,16 @@ type limitsView struct {
 	MaxBytes    int64  `json:"max_bytes"`    // 0: unlimited
 	MaxMessages int64  `json:"max_messages"` // 0: unlimited
 	Overflow    string `json:"overflow"`     // reject | drop-oldest
+}
+
+// dedupeView is the queue's dedupe table: what it holds in all
+// partitions, and the bounds each partition keeps it within.
+type dedupeView struct {
+	Entries    int64 `json:"entries"`
+	Bytes      int64 `json:"bytes"`   // ids plus appliance.DedupeEntryCost each
+	Evicted    int64 `json:"evicted"` // forgotten early by a bound since fibrild started
+	MaxEntries int64 `json:"max_entries"`
+	MaxBytes   int64 `json:"max_bytes"`
 }
 
 type countersView struct {
@@ -88,6 +99,8 @@ func viewQueue(in appliance.QueueInfo) queueView {
 		Limits:     limitsView{MaxBytes: c.MaxBytes, MaxMessages: c.MaxMessages, Overflow: c.Overflow.String()},
 		Partitions: make([]partitionView, 0, len(in.Partitions)),
 	}
+	v.DedupeTable = dedupeView{Entries: in.Dedupe.Entries, Bytes: in.Dedupe.Bytes, Evicted: in.Dedupe.Evicted}
+	v.DedupeTable.MaxEntries, v.DedupeTable.MaxBytes = c.DedupeBounds()
 	for _, p := range in.Partitions {
 		pv := partitionView{
 			Index: p.Index, WrittenNext: p.WrittenNext, DurableNext: p.DurableNext,
@@ -150,7 +163,9 @@ type declareRequest struct {
 	MaxMessages   int64  `json:"max_messages"`
 	Overflow      string `json:"overflow"` // reject | drop-oldest
 	DedupeMs      int64  `json:"dedupe_window_ms"`
-	Policy        string `json:"policy"` // cluster nodes: replica_durable:N, majority_durable, replica_buffered:N
+	DedupeMaxEnt  int64  `json:"dedupe_max_entries"` // per partition
+	DedupeMaxByte int64  `json:"dedupe_max_bytes"`   // per partition
+	Policy        string `json:"policy"`             // cluster nodes: replica_durable:N, majority_durable, replica_buffered:N
 }
 
 func (d declareRequest) config() (appliance.QueueConfig, error) {
@@ -162,6 +177,7 @@ func (d declareRequest) config() (appliance.QueueConfig, error) {
 		Name: d.Name, Durability: mode, Partitions: d.Partitions, DeadLetter: d.DeadLetter,
 		MaxDeliveries: d.MaxDeliveries, AckDeadline: time.Duration(d.AckDeadlineMs) * time.Millisecond,
 		MaxBytes: d.MaxBytes, MaxMessages: d.MaxMessages, DedupeWindow: time.Duration(d.DedupeMs) * time.Millisecond,
+		DedupeMaxEntries: d.DedupeMaxEnt, DedupeMaxBytes: d.DedupeMaxByte,
 	}
 	if d.Overflow != "" {
 		if c.Overflow, err = appliance.ParseOverflow(d.Overflow); err != nil {

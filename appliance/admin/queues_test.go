@@ -112,3 +112,27 @@ func TestQueueViewNamesEveryBoundary(t *testing.T) {
 		t.Fatalf("after one publish: %s", raw)
 	}
 }
+
+// A declare names the dedupe table's bounds; the view shows them in
+// effect (the defaults when not named) with what the table holds and
+// what it evicted.
+func TestDeclareDedupeBounds(t *testing.T) {
+	f := newFixture(t, Options{})
+	q := f.declare(map[string]any{"name": "ids", "dedupe_window_ms": 60000, "dedupe_max_entries": 2, "dedupe_max_bytes": 1 << 20})
+	if q.DedupeTable.MaxEntries != 2 || q.DedupeTable.MaxBytes != 1<<20 {
+		t.Fatalf("declared %+v", q.DedupeTable)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		f.do("POST", "/api/queues/ids/messages", map[string]any{"id": id, "body": "x"}).want(t, http.StatusOK, nil)
+	}
+	var v queueView
+	f.do("GET", "/api/queues/ids", nil).want(t, http.StatusOK, &v)
+	if d := v.DedupeTable; d.Entries != 2 || d.Evicted != 1 || d.Bytes != 2*(1+appliance.DedupeEntryCost) {
+		t.Fatalf("dedupe view %+v, want 2 entries and 1 evicted", d)
+	}
+	q = f.declare(map[string]any{"name": "plain"})
+	if q.DedupeTable.MaxEntries != appliance.DefaultDedupeMaxEntries || q.DedupeTable.MaxBytes != appliance.DefaultDedupeMaxBytes {
+		t.Fatalf("defaults not shown: %+v", q.DedupeTable)
+	}
+	f.do("POST", "/api/queues", map[string]any{"name": "bad", "dedupe_max_bytes": 10}).wantError(t, http.StatusBadRequest, "invalid")
+}
