@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -40,7 +41,10 @@ type conn struct {
 	out  *outbox
 	subs map[uint32]*subscription // reader only
 
-	admitted bool // counted as a session; under Server.mu
+	admitted     bool         // counted as a session; under Server.mu
+	waitingHello bool         // counted in Server.preHello; under Server.mu
+	source       netip.Prefix // what MaxPreHelloPerSource counts against; set at accept
+	shortHello   atomic.Bool  // the Hello deadline is PressureHelloTimeout
 
 	done       chan struct{} // closed by close
 	closeOnce  sync.Once
@@ -66,19 +70,29 @@ func newConn(s *Server, nc, raw net.Conn, id uint64) *conn {
 		done:       make(chan struct{}),
 		peerBye:    make(chan struct{}),
 		writerDone: make(chan struct{}),
+		source:     sourceOf(raw.RemoteAddr()),
 	}
 	c.rc = &readClock{nc: nc, frameTimeout: s.opts.FrameTimeout}
-	c.r = wire.NewReader(c.rc, wire.Options{MaxFrame: s.opts.MaxFrame})
+	c.r = wire.NewReader(c.rc, wire.Options{MaxFrame: s.opts.MaxFrame, BufferSize: preHelloBuffer})
 	return c
 }
 
 // serve runs the connection's reader: the Hello, then one frame after the
-// other until the connection ends.
+// other until the connection ends. The writer starts once the Hello is
+// read (or has failed): before that nothing may be sent.
 func (c *conn) serve() {
+	f, err := c.readHello()
+	select {
+	case <-c.done: // evicted or shut down while waiting: nothing to send
+		close(c.writerDone)
+		return
+	default:
+	}
 	go c.runWriter()
-	if !c.hello() {
+	if !c.hello(f, err) {
 		return
 	}
+	c.r.SetBufferSize(wire.DefaultBufferSize)
 	for {
 		if !c.waitRoom() {
 			return
@@ -95,11 +109,16 @@ func (c *conn) serve() {
 	}
 }
 
-// hello reads and answers the first frame.
-func (c *conn) hello() bool {
+// readHello reads the first frame, within the deadline set at accept
+// and at most helloMaxFrame long: the length is checked before anything
+// is allocated for the frame, and a longer one is a protocol violation.
+func (c *conn) readHello() (wire.Frame, error) {
 	c.r.SetMaxFrame(min(helloMaxFrame, c.s.opts.MaxFrame))
-	c.rc.fixed(time.Now().Add(c.s.opts.HelloTimeout))
-	f, err := c.r.ReadFrame()
+	return c.r.ReadFrame()
+}
+
+// hello answers the first frame.
+func (c *conn) hello(f wire.Frame, err error) bool {
 	if err != nil {
 		c.readFailed(err, true)
 		return false
@@ -167,7 +186,11 @@ func (c *conn) readFailed(err error, inHello bool) {
 		c.log.Debug("client closed the connection before its Hello")
 	case errors.As(err, &ne) && ne.Timeout():
 		switch {
+		case inHello && c.shortHello.Load():
+			c.s.helloTimeouts.Add(1) // a flood: counted, not logged one by one
+			c.log.Debug("no Hello within the shortened handshake timeout; closing", "timeout", c.s.opts.PressureHelloTimeout)
 		case inHello:
+			c.s.helloTimeouts.Add(1)
 			c.log.Warn("no Hello within the handshake timeout; closing", "timeout", c.s.opts.HelloTimeout)
 		case c.rc.inFrame():
 			c.log.Warn("frame not completed within the frame timeout; closing", "timeout", c.s.opts.FrameTimeout)

@@ -4,7 +4,8 @@
 //
 // # One connection
 //
-// Each connection has two goroutines and an outbound queue between them:
+// Each connection has two goroutines (the writer starts once the Hello is
+// read) and an outbound queue between them:
 //
 //	socket ──> reader ──> broker (Declare, PublishAsync, Subscribe, settles)
 //	                 │                 │ confirm and deliver callbacks
@@ -40,6 +41,13 @@
 //     arrive within HelloTimeout, a frame once started must arrive within
 //     FrameTimeout, and a peer silent for three heartbeat intervals is
 //     closed.
+//   - Connections that have not authenticated are bounded: at most
+//     MaxPreHello in all and MaxPreHelloPerSource per source (prehello.go),
+//     each with one goroutine, a 4 KiB read buffer and a Hello frame whose
+//     length is checked before anything is allocated for it. A newcomer
+//     over a limit closes the oldest waiting connection of its source or
+//     of the busiest one, never itself, and past half of MaxPreHello the
+//     Hello timeout shortens to PressureHelloTimeout.
 //   - When a connection ends, its subscriptions are closed, so what they
 //     held unsettled is ready again for other consumers.
 //

@@ -105,6 +105,9 @@ func TestOptionsValidate(t *testing.T) {
 		{HelloTimeout: -1},
 		{Tokens: []string{""}},
 		{ServerName: "\xff"},
+		{MaxPreHello: -1},
+		{MaxPreHelloPerSource: MaxPreHelloLimit + 1},
+		{PressureHelloTimeout: -time.Second},
 	} {
 		if err := o.Validate(); err == nil {
 			t.Errorf("%+v: Validate accepted it", o)
@@ -114,5 +117,11 @@ func TestOptionsValidate(t *testing.T) {
 		if err := o.Validate(); err != nil {
 			t.Errorf("%+v: %v", o, err)
 		}
+	}
+	// The per-source limit never passes the total, nor the pressure
+	// timeout the Hello timeout.
+	o := Options{MaxPreHello: 10, MaxPreHelloPerSource: 64, HelloTimeout: 500 * time.Millisecond}.withDefaults()
+	if o.MaxPreHelloPerSource != 10 || o.PressureHelloTimeout != 500*time.Millisecond {
+		t.Errorf("defaults: per source %d, pressure timeout %v", o.MaxPreHelloPerSource, o.PressureHelloTimeout)
 	}
 }

@@ -25,10 +25,16 @@ const (
 	// a misbehaving fleet cannot exhaust a small box's memory or file
 	// descriptors.
 	DefaultMaxConnections = 1024
-	// preHelloSlack is how many connections beyond MaxConnections may be
-	// waiting for their Hello before new ones are closed at once: a full
-	// server still answers a Hello with a clear refusal.
-	preHelloSlack = 64
+	// DefaultMaxPreHello and DefaultMaxPreHelloPerSource bound the
+	// connections that have not authenticated yet, in all and from one
+	// source (an IPv4 address or an IPv6 /64).
+	DefaultMaxPreHello          = 256
+	DefaultMaxPreHelloPerSource = 64
+	// DefaultPressureHelloTimeout is the Hello timeout while more than
+	// half of MaxPreHello are waiting.
+	DefaultPressureHelloTimeout = time.Second
+	// MaxPreHelloLimit bounds MaxPreHello and MaxPreHelloPerSource.
+	MaxPreHelloLimit = 1_000_000
 )
 
 // Options configure a Server. The zero value of every field means its
@@ -54,6 +60,23 @@ type Options struct {
 	// HelloTimeout is how long a new connection has to complete its Hello
 	// (and its TLS handshake). Default 10 s.
 	HelloTimeout time.Duration
+	// MaxPreHello bounds the connections that have not authenticated:
+	// accepted, and their Hello not read or refused. When a new
+	// connection finds it reached, the oldest waiting connection of the
+	// source holding the most is closed to make room (the newcomer is
+	// never refused). Default DefaultMaxPreHello (256); at most
+	// MaxPreHelloLimit.
+	MaxPreHello int
+	// MaxPreHelloPerSource bounds them per source (an IPv4 address or an
+	// IPv6 /64); past it the source's oldest waiting connection is closed.
+	// Default DefaultMaxPreHelloPerSource (64), and never above
+	// MaxPreHello.
+	MaxPreHelloPerSource int
+	// PressureHelloTimeout replaces HelloTimeout, for new connections and
+	// those already waiting, while more than half of MaxPreHello are
+	// waiting (until a quarter are), so a flood drains. Default 1 s, and
+	// never above HelloTimeout.
+	PressureHelloTimeout time.Duration
 	// FrameTimeout is how long a frame may take to arrive once its first
 	// byte has: a guard against peers that trickle bytes. Default 30 s.
 	FrameTimeout time.Duration
@@ -62,8 +85,10 @@ type Options struct {
 	// that stay queued past it, close the connection. Default 10 s.
 	WriteTimeout time.Duration
 	// MaxConnections bounds the sessions (connections past their Hello):
-	// one more is refused with an unavailable Error naming the limit.
-	// Default DefaultMaxConnections; negative: no limit.
+	// one more is refused with an unavailable Error naming the limit
+	// (connections waiting for their Hello are bounded by MaxPreHello, so
+	// a full server still answers each with that refusal). Default
+	// DefaultMaxConnections; negative: no limit.
 	MaxConnections int
 	// Logger receives the server's logs. Default slog.Default().
 	Logger *slog.Logger
@@ -83,8 +108,14 @@ func (o Options) Validate() error {
 	if o.Heartbeat > 0 && (o.Heartbeat < time.Millisecond || o.Heartbeat > time.Hour) {
 		errs = append(errs, fmt.Errorf("heartbeat %v out of range [1ms, 1h] (negative turns it off)", o.Heartbeat))
 	}
+	for name, n := range map[string]int{"max pre-hello": o.MaxPreHello, "max pre-hello per source": o.MaxPreHelloPerSource} {
+		if n < 0 || n > MaxPreHelloLimit {
+			errs = append(errs, fmt.Errorf("%s %d out of range [1, %d] (0 for the default)", name, n, MaxPreHelloLimit))
+		}
+	}
 	for name, d := range map[string]time.Duration{
 		"hello timeout": o.HelloTimeout, "frame timeout": o.FrameTimeout, "write timeout": o.WriteTimeout,
+		"pressure hello timeout": o.PressureHelloTimeout,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
@@ -120,6 +151,17 @@ func (o Options) withDefaults() Options {
 	if o.HelloTimeout == 0 {
 		o.HelloTimeout = DefaultHelloTimeout
 	}
+	if o.MaxPreHello == 0 {
+		o.MaxPreHello = DefaultMaxPreHello
+	}
+	if o.MaxPreHelloPerSource == 0 {
+		o.MaxPreHelloPerSource = DefaultMaxPreHelloPerSource
+	}
+	o.MaxPreHelloPerSource = min(o.MaxPreHelloPerSource, o.MaxPreHello)
+	if o.PressureHelloTimeout == 0 {
+		o.PressureHelloTimeout = DefaultPressureHelloTimeout
+	}
+	o.PressureHelloTimeout = min(o.PressureHelloTimeout, o.HelloTimeout)
 	if o.FrameTimeout == 0 {
 		o.FrameTimeout = DefaultFrameTimeout
 	}

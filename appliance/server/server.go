@@ -27,14 +27,17 @@ type Server struct {
 	tokens [][sha256.Size]byte // hashes of Options.Tokens, compared in constant time
 	linger time.Duration       // defaultLinger; tests shorten it before serving
 
-	nextSession atomic.Uint64
-	refused     atomic.Uint64 // connections turned away by MaxConnections
+	nextSession   atomic.Uint64
+	refused       atomic.Uint64 // connections turned away by MaxConnections
+	evicted       atomic.Uint64 // pre-Hello connections closed to make room for newer ones
+	helloTimeouts atomic.Uint64 // connections closed for no Hello within their timeout
 
 	mu        sync.Mutex // guards the fields below
 	listeners map[net.Listener]struct{}
 	addr      net.Addr // the first listener's
 	conns     map[*conn]struct{}
-	sessions  int // connections past their Hello, bounded by MaxConnections
+	sessions  int         // connections past their Hello, bounded by MaxConnections
+	preHello  preHelloSet // connections not authenticated yet, bounded by MaxPreHello (prehello.go)
 	closing   bool
 	wg        sync.WaitGroup // one per connection; Add only under mu while !closing
 }
@@ -142,17 +145,17 @@ func (s *Server) start(nc net.Conn) {
 		raw.Close()
 		return
 	}
-	if max := s.opts.MaxConnections; max > 0 && len(s.conns) >= max+preHelloSlack {
-		s.mu.Unlock()
-		s.refused.Add(1)
-		s.log.Warn("too many client connections; closing a new one before its Hello",
-			"limit", max, "remote", raw.RemoteAddr().String())
-		raw.Close()
-		return
-	}
+	evict, deadline := s.addPreHelloLocked(c, time.Now())
+	// The Hello's deadline is set here, before the reader starts, so that
+	// a shortening under pressure (shortenHellosLocked) is never undone.
+	c.rc.fixed(deadline)
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
+	if evict != nil {
+		evict.log.Debug("closing a connection still waiting for its Hello, to make room")
+		evict.close()
+	}
 	go s.serveConn(c)
 }
 
@@ -162,6 +165,7 @@ func (s *Server) serveConn(c *conn) {
 		c.teardown()
 		s.mu.Lock()
 		delete(s.conns, c)
+		s.dropPreHelloLocked(c)
 		if c.admitted {
 			s.sessions--
 		}
@@ -193,11 +197,27 @@ func (s *Server) admit(c *conn) bool {
 	}
 	s.sessions++
 	c.admitted = true
+	s.dropPreHelloLocked(c)
 	return true
 }
 
 // Refused is how many connections MaxConnections has turned away.
 func (s *Server) Refused() uint64 { return s.refused.Load() }
+
+// PreHello is the number of connections that have not authenticated yet.
+func (s *Server) PreHello() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.preHello.n
+}
+
+// PreHelloEvicted is how many connections waiting for their Hello were
+// closed to make room under MaxPreHello or MaxPreHelloPerSource.
+func (s *Server) PreHelloEvicted() uint64 { return s.evicted.Load() }
+
+// HelloTimeouts is how many connections were closed for sending no Hello
+// within their timeout.
+func (s *Server) HelloTimeouts() uint64 { return s.helloTimeouts.Load() }
 
 // Connections is the number of open client connections.
 func (s *Server) Connections() int {

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ const readChunk = 64 << 10
 // which the decoded frame's byte slices (Body) point into and which the
 // Reader never reuses. Either way a frame owns its memory.
 type Reader struct {
+	src      io.Reader // what br reads from
 	br       *bufio.Reader
 	maxFrame int
 }
@@ -28,8 +30,28 @@ type Reader struct {
 // opts.BufferSize large it is used as is. Out-of-range options are clamped.
 func NewReader(r io.Reader, opts Options) *Reader {
 	o := opts.withDefaults()
-	return &Reader{br: bufio.NewReaderSize(r, o.BufferSize), maxFrame: o.MaxFrame}
+	return &Reader{src: r, br: bufio.NewReaderSize(r, o.BufferSize), maxFrame: o.MaxFrame}
 }
+
+// SetBufferSize gives the Reader a read buffer of n bytes (clamped like
+// Options.BufferSize) if its buffer is smaller, keeping the bytes already
+// buffered. A server reads a peer's Hello with a small buffer, so that a
+// connection that has not authenticated costs little, and grows it after.
+func (r *Reader) SetBufferSize(n int) {
+	n = (Options{BufferSize: n}).withDefaults().BufferSize
+	if n <= r.br.Size() {
+		return
+	}
+	pending, _ := r.br.Peek(r.br.Buffered()) // cannot fail: the bytes are buffered
+	src := r.src
+	if len(pending) > 0 {
+		src = io.MultiReader(bytes.NewReader(bytes.Clone(pending)), r.src)
+	}
+	r.src, r.br = src, bufio.NewReaderSize(src, n)
+}
+
+// BufferSize is the size of the Reader's read buffer.
+func (r *Reader) BufferSize() int { return r.br.Size() }
 
 // MaxFrame is the largest frame length the Reader accepts.
 func (r *Reader) MaxFrame() int { return r.maxFrame }

@@ -139,3 +139,38 @@ func TestReadFrameAllocs(t *testing.T) {
 		}
 	}
 }
+
+// Growing the buffer between frames keeps what was buffered: a server
+// reads the Hello with a small buffer and the frames a client pipelined
+// behind it still arrive whole and in order.
+func TestReaderSetBufferSize(t *testing.T) {
+	var conn bytes.Buffer
+	w := NewWriter(&conn, Options{})
+	sent := []Frame{&Hello{Version: Version, ClientName: "c"}}
+	for i := range 20 {
+		sent = append(sent, &Publish{Corr: uint64(i + 1), Queue: "q", Body: bytes.Repeat([]byte{byte(i)}, 700)})
+	}
+	for _, f := range sent {
+		if err := w.WriteFrame(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Flush()
+	r := NewReader(bytes.NewReader(conn.Bytes()), Options{BufferSize: 4096})
+	first, err := r.ReadFrame()
+	if err != nil || r.Buffered() == 0 {
+		t.Fatalf("first frame: %v, %d bytes buffered behind it (the test needs some)", err, r.Buffered())
+	}
+	r.SetBufferSize(64 << 10)
+	if r.BufferSize() != 64<<10 {
+		t.Fatalf("buffer is %d bytes after SetBufferSize(64 KiB)", r.BufferSize())
+	}
+	r.SetBufferSize(16) // never shrinks
+	rest, err := readAll(r)
+	if err != io.EOF {
+		t.Fatal(err)
+	}
+	if got := append([]Frame{first}, rest...); !reflect.DeepEqual(got, sent) {
+		t.Fatalf("read %d frames, sent %d, or they differ", len(got), len(sent))
+	}
+}
