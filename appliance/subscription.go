@@ -39,12 +39,14 @@ type Subscription struct {
 	q       *queue
 	deliver func(Delivery)
 
-	// mu guards credit, held and closed: the subscription's own state,
-	// shared by its partitions. A partition takes it with its own mutex
-	// held (partition.mu before Subscription.mu), never the other way.
+	// mu guards credit, held, paused and closed: the subscription's own
+	// state, shared by its partitions. A partition takes it with its own
+	// mutex held (partition.mu before Subscription.mu), never the other
+	// way.
 	mu     sync.Mutex
 	credit int
 	held   map[uint64]*partition // tag -> partition holding its lease
+	paused bool
 	closed bool
 }
 
@@ -52,7 +54,7 @@ type Subscription struct {
 func (s *Subscription) takeCredit() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || s.credit <= 0 {
+	if s.closed || s.paused || s.credit <= 0 {
 		return false
 	}
 	s.credit--
@@ -93,6 +95,24 @@ func (s *Subscription) AddCredit(n int) {
 	}
 	s.mu.Lock()
 	s.credit += n
+	s.mu.Unlock()
+	s.q.wakeAll()
+}
+
+// Pause stops new deliveries to the subscription until Resume, whatever
+// its credit: the partitions hand ready messages to other subscriptions
+// instead. What it holds stays leased, and settles as usual. A delivery
+// already being handed over when Pause is called still arrives.
+func (s *Subscription) Pause() {
+	s.mu.Lock()
+	s.paused = true
+	s.mu.Unlock()
+}
+
+// Resume undoes Pause.
+func (s *Subscription) Resume() {
+	s.mu.Lock()
+	s.paused = false
 	s.mu.Unlock()
 	s.q.wakeAll()
 }

@@ -53,6 +53,11 @@ type conn struct {
 	writerDone chan struct{}
 	noDeliver  atomic.Bool // set once the connection drains: deliveries are dropped (and released on close)
 	ready      atomic.Bool // HelloOK is queued
+	shed       atomic.Bool // closing a slow consumer: the writer skips the deliveries it holds
+	paused     atomic.Bool // over the delivery budget: its subscriptions take no deliveries; written under pauseMu
+
+	pauseMu sync.Mutex                 // guards live, and is held while the subscriptions are paused or resumed
+	live    map[*subscription]Consumer // the connection's subscriptions, for setPaused
 
 	mu       sync.Mutex // guards the fields below
 	draining bool
@@ -65,7 +70,8 @@ func newConn(s *Server, nc, raw net.Conn, id uint64) *conn {
 	c := &conn{
 		s: s, nc: nc, raw: raw, id: id,
 		log:        s.log.With("session", id, "remote", raw.RemoteAddr().String()),
-		out:        newOutbox(s.opts.MaxFrame),
+		out:        newOutbox(s.opts.MaxFrame, &s.budget),
+		live:       make(map[*subscription]Consumer),
 		subs:       make(map[uint32]*subscription),
 		done:       make(chan struct{}),
 		peerBye:    make(chan struct{}),
@@ -297,11 +303,13 @@ func (c *conn) end() {
 // drain starts a graceful close: no new deliveries or requests (those
 // read from now on get CodeUnavailable), and once every request read has
 // its reply queued, a last frame and the end of the connection. After a
-// client's Goodbye the last frame is the server's Goodbye. On shutdown the
-// server says Goodbye first, and ends the connection once the client has
-// said Goodbye too (or after the linger time).
-func (c *conn) drain(shutdown bool) {
-	if shutdown && !c.ready.Load() {
+// client's Goodbye (bye empty) the last frame is the server's Goodbye.
+// Otherwise (shutdown, a slow consumer) the server says Goodbye{bye}
+// first, and ends the connection once the client has said Goodbye too
+// (or after the linger time).
+func (c *conn) drain(bye string) {
+	serverFirst := bye != ""
+	if serverFirst && !c.ready.Load() {
 		c.close() // still in its Hello: nothing to finish, and nothing may precede HelloOK
 		return
 	}
@@ -319,7 +327,7 @@ func (c *conn) drain(shutdown bool) {
 		c.drained = idle
 	}
 	c.mu.Unlock()
-	if !shutdown {
+	if !serverFirst {
 		go func() {
 			select {
 			case <-idle:
@@ -329,7 +337,7 @@ func (c *conn) drain(shutdown bool) {
 		}()
 		return
 	}
-	c.push(&wire.Goodbye{Reason: "shutting down"})
+	c.push(&wire.Goodbye{Reason: clip(bye, 1024)})
 	go func() {
 		grace := time.NewTimer(c.s.linger)
 		defer grace.Stop()
@@ -350,7 +358,74 @@ func (c *conn) drain(shutdown bool) {
 // goodbye handles the client's Goodbye.
 func (c *conn) goodbye() {
 	c.byeOnce.Do(func() { close(c.peerBye) })
-	c.drain(false)
+	c.drain("")
+}
+
+// pushDelivery queues a Deliver frame, counted in the delivery budget
+// until the writer has written it, and reports whether the total is now
+// past the budget.
+func (c *conn) pushDelivery(f *wire.Deliver) (over bool) {
+	ok, total, err := c.out.pushDelivery(outFrame{frame: f, size: frameSize(f), delivery: true})
+	if err != nil {
+		c.log.Warn("closing connection", "err", err)
+		c.close()
+		return false
+	}
+	b := &c.s.budget
+	return ok && b.limit > 0 && total > b.limit
+}
+
+// setPaused pauses or resumes every subscription of the connection, and
+// those it opens while paused. A subscription served by another cluster
+// node cannot be paused: its deliveries keep coming until the grace
+// period ends.
+func (c *conn) setPaused(paused bool) {
+	c.pauseMu.Lock()
+	defer c.pauseMu.Unlock()
+	c.paused.Store(paused)
+	for _, sub := range c.live {
+		pauseConsumer(sub, paused)
+	}
+}
+
+// live registers a subscription for setPaused, pausing it if the
+// connection is paused; gone removes it.
+func (c *conn) addLive(s *subscription, sub Consumer) {
+	c.pauseMu.Lock()
+	defer c.pauseMu.Unlock()
+	c.live[s] = sub
+	if c.paused.Load() {
+		pauseConsumer(sub, true)
+	}
+}
+
+func (c *conn) removeLive(s *subscription) {
+	c.pauseMu.Lock()
+	delete(c.live, s)
+	c.pauseMu.Unlock()
+}
+
+func pauseConsumer(sub Consumer, paused bool) {
+	p, ok := sub.(interface {
+		Pause()
+		Resume()
+	})
+	switch {
+	case !ok:
+	case paused:
+		p.Pause()
+	default:
+		p.Resume()
+	}
+}
+
+// shedDeliveries ends a slow consumer's connection: what is queued to it
+// but not written is dropped (its deliveries are released when the
+// connection closes), and it is sent Goodbye{reason} and closed.
+func (c *conn) shedDeliveries(reason string) {
+	c.shed.Store(true)
+	c.out.dropDeliveries()
+	c.drain(reason)
 }
 
 // closeWrite shuts the write side down after the last frame went out and

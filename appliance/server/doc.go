@@ -28,6 +28,11 @@
 //     a write that makes no progress for WriteTimeout fails, the reader
 //     gives up waiting for room after WriteTimeout, and an outbox past its
 //     hard limit closes the connection at once.
+//   - The Deliver frames queued and not yet written, on all connections
+//     together, are bounded by DeliveryBudget (budget.go): past it the
+//     connection with the most queued is paused (its subscriptions take no
+//     new deliveries) until it writes half of that, and closed with
+//     Goodbye{reason} if it has not within SlowConsumerGrace.
 //   - A subscription never has more unsettled deliveries out than its
 //     window (Prefetch plus Credit); the broker enforces it. Subscribed goes
 //     out before the subscription's first Deliver, and no Deliver for a

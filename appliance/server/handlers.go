@@ -173,6 +173,7 @@ func (c *conn) subscribe(f *wire.Subscribe) wire.Frame {
 	}
 	s.sub = sub
 	c.subs[f.SubID] = s
+	c.addLive(s, sub)
 	if info, err := c.s.b.QueueInfo(f.Queue); err == nil {
 		parts = uint16(info.Config.Partitions)
 	}

@@ -35,6 +35,14 @@ const (
 	DefaultPressureHelloTimeout = time.Second
 	// MaxPreHelloLimit bounds MaxPreHello and MaxPreHelloPerSource.
 	MaxPreHelloLimit = 1_000_000
+	// DefaultDeliveryBudget bounds the deliveries queued to consumers on
+	// every connection together; MinDeliveryBudget is the least one may
+	// set.
+	DefaultDeliveryBudget = 256 << 20
+	MinDeliveryBudget     = 64 << 10
+	// DefaultSlowConsumerGrace is how long a connection paused by the
+	// delivery budget has to catch up before it is closed.
+	DefaultSlowConsumerGrace = 5 * time.Second
 )
 
 // Options configure a Server. The zero value of every field means its
@@ -90,6 +98,17 @@ type Options struct {
 	// a full server still answers each with that refusal). Default
 	// DefaultMaxConnections; negative: no limit.
 	MaxConnections int
+	// DeliveryBudget bounds the bytes of Deliver frames queued to
+	// consumers and not yet written, across every connection. Past it the
+	// connection with the most queued is paused (its subscriptions take
+	// no new deliveries) until it has written half of that; if it has not
+	// within SlowConsumerGrace it is sent Goodbye with the reason and
+	// closed (budget.go). Default DefaultDeliveryBudget (256 MiB); at
+	// least MinDeliveryBudget; negative: no budget.
+	DeliveryBudget int64
+	// SlowConsumerGrace is how long a paused connection has to catch up.
+	// Default 5 s.
+	SlowConsumerGrace time.Duration
 	// Logger receives the server's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Cluster routes what a cluster node does not serve itself. Default
@@ -115,11 +134,14 @@ func (o Options) Validate() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"hello timeout": o.HelloTimeout, "frame timeout": o.FrameTimeout, "write timeout": o.WriteTimeout,
-		"pressure hello timeout": o.PressureHelloTimeout,
+		"pressure hello timeout": o.PressureHelloTimeout, "slow consumer grace": o.SlowConsumerGrace,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
 		}
+	}
+	if o.DeliveryBudget > 0 && o.DeliveryBudget < MinDeliveryBudget {
+		errs = append(errs, fmt.Errorf("delivery budget %d below %d bytes (negative turns it off)", o.DeliveryBudget, MinDeliveryBudget))
 	}
 	for i, t := range o.Tokens {
 		if t == "" || len(t) > math.MaxUint16 {
@@ -170,6 +192,15 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxConnections == 0 {
 		o.MaxConnections = DefaultMaxConnections
+	}
+	if o.DeliveryBudget == 0 {
+		o.DeliveryBudget = DefaultDeliveryBudget
+	}
+	if o.DeliveryBudget < 0 {
+		o.DeliveryBudget = 0 // off
+	}
+	if o.SlowConsumerGrace == 0 {
+		o.SlowConsumerGrace = DefaultSlowConsumerGrace
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

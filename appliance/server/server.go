@@ -28,9 +28,10 @@ type Server struct {
 	linger time.Duration       // defaultLinger; tests shorten it before serving
 
 	nextSession   atomic.Uint64
-	refused       atomic.Uint64 // connections turned away by MaxConnections
-	evicted       atomic.Uint64 // pre-Hello connections closed to make room for newer ones
-	helloTimeouts atomic.Uint64 // connections closed for no Hello within their timeout
+	refused       atomic.Uint64  // connections turned away by MaxConnections
+	evicted       atomic.Uint64  // pre-Hello connections closed to make room for newer ones
+	helloTimeouts atomic.Uint64  // connections closed for no Hello within their timeout
+	budget        deliveryBudget // Deliver bytes queued on every connection (budget.go)
 
 	mu        sync.Mutex // guards the fields below
 	listeners map[net.Listener]struct{}
@@ -54,6 +55,7 @@ func New(b *appliance.Broker, opts Options) (*Server, error) {
 	opts = opts.withDefaults()
 	s := &Server{
 		b: b, opts: opts, log: opts.Logger, linger: defaultLinger,
+		budget:    deliveryBudget{limit: opts.DeliveryBudget, grace: opts.SlowConsumerGrace},
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*conn]struct{}),
 	}
@@ -163,6 +165,7 @@ func (s *Server) serveConn(c *conn) {
 	defer s.wg.Done()
 	defer func() {
 		c.teardown()
+		s.forgetBudget(c)
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.dropPreHelloLocked(c)
@@ -246,7 +249,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.log.Info("closing client connections", "connections", len(conns))
 	}
 	for _, c := range conns {
-		c.drain(true)
+		c.drain("shutting down")
 	}
 	done := make(chan struct{})
 	go func() {

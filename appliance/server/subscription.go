@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync"
+	"time"
 
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/appliance/wire"
@@ -43,7 +44,9 @@ func (s *subscription) deliver(d appliance.Delivery) {
 		s.sub.Nack(false, d.Tag)
 		return
 	}
-	s.c.push(f)
+	if s.c.pushDelivery(f) {
+		s.c.s.overBudget(time.Now())
+	}
 }
 
 // end closes the broker subscription: what it holds unsettled is ready
@@ -53,6 +56,7 @@ func (s *subscription) end() {
 	s.ended = true
 	sub := s.sub
 	s.mu.Unlock()
+	s.c.removeLive(s)
 	if sub != nil {
 		sub.Close()
 	}

@@ -27,6 +27,7 @@ func (w deadlineWriter) Write(p []byte) (int, error) {
 // heartbeat interval.
 func (c *conn) runWriter() {
 	defer close(c.writerDone)
+	defer c.out.release() // what is still queued will never be written
 	defer c.recoverPanic("writer")
 	w := wire.NewWriter(deadlineWriter{nc: c.nc, timeout: c.s.opts.WriteTimeout}, wire.Options{MaxFrame: c.s.opts.MaxFrame})
 	hb := c.s.opts.Heartbeat
@@ -51,6 +52,12 @@ func (c *conn) runWriter() {
 		}
 		for fs := c.out.take(); len(fs) > 0; fs = c.out.take() {
 			for _, f := range fs {
+				if f.delivery {
+					if !c.writeDelivery(w, f) {
+						return
+					}
+					continue
+				}
 				if f.frame != nil && !c.write(w, f.frame) {
 					return
 				}
@@ -73,6 +80,17 @@ func (c *conn) runWriter() {
 			tick.Reset(hb)
 		}
 	}
+}
+
+// writeDelivery writes a Deliver frame, unless the connection is shedding
+// its deliveries, and counts it out of the delivery budget.
+func (c *conn) writeDelivery(w *wire.Writer, f outFrame) bool {
+	ok := c.shed.Load() || c.write(w, f.frame)
+	c.out.sent(f.size)
+	if ok && c.paused.Load() {
+		c.s.written(c)
+	}
+	return ok
 }
 
 // write adds f to the writer's buffer. A frame the writer refuses (it

@@ -1,0 +1,155 @@
+package server
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The delivery budget bounds the bytes of Deliver frames queued to
+// consumers across every connection: queued in an outbox or in the
+// writer's hands, not yet written to the socket. One connection's share is
+// bounded by its outbox limits and its subscriptions' windows; the budget
+// bounds their sum, which many slow consumers could otherwise push past
+// what a small box holds.
+//
+// When a delivery takes the total past the budget, the connection with the
+// most bytes queued (the slowest consumer) is paused: its subscriptions
+// take no new deliveries, which go to the other consumers of their queues.
+// A paused connection resumes once it has written half of what it held
+// when paused. One that has not within the grace period is sent
+// Goodbye{reason}, what is still queued to it is dropped (its deliveries
+// are released when the connection closes, without counting a delivery),
+// and it is closed. Deliveries already handed to a connection when it is
+// paused still go out, so the budget can be passed by those, and by what
+// other connections queue while the slowest is paused.
+
+// budgetScanEvery spaces the scans for the slowest connection while the
+// total stays past the budget.
+const budgetScanEvery = 10 * time.Millisecond
+
+// deliveryBudget is the server's budget. total and lastScan are atomics;
+// mu guards paused.
+type deliveryBudget struct {
+	limit int64 // bytes; 0: no budget
+	grace time.Duration
+
+	total    atomic.Int64 // Deliver bytes queued on every connection
+	lastScan atomic.Int64 // unix nanos of the last scan
+
+	pauses, closed atomic.Uint64
+
+	mu     sync.Mutex // guards paused; taken before Server.mu, never after
+	paused map[*conn]*pausedConn
+}
+
+type pausedConn struct {
+	held  int64 // bytes queued when paused
+	timer *time.Timer
+}
+
+// add counts n bytes of deliveries queued (negative: written or dropped).
+func (b *deliveryBudget) add(n int64) int64 { return b.total.Add(n) }
+
+// overBudget runs after a delivery took the total past the budget: at
+// most once per budgetScanEvery, it finds the connection with the most
+// deliveries queued and pauses it, unless it is paused already.
+func (s *Server) overBudget(now time.Time) {
+	b := &s.budget
+	last := b.lastScan.Load()
+	if now.UnixNano()-last < int64(budgetScanEvery) || !b.lastScan.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	var slowest *conn
+	var most int64
+	s.mu.Lock()
+	for c := range s.conns {
+		if n := c.out.queuedDeliveries(); n > most {
+			slowest, most = c, n
+		}
+	}
+	s.mu.Unlock()
+	if slowest == nil {
+		return
+	}
+	b.mu.Lock()
+	if _, ok := b.paused[slowest]; ok {
+		b.mu.Unlock()
+		return
+	}
+	if b.paused == nil {
+		b.paused = make(map[*conn]*pausedConn)
+	}
+	p := &pausedConn{held: most}
+	p.timer = time.AfterFunc(b.grace, func() { s.graceEnded(slowest, p) })
+	b.paused[slowest] = p
+	b.pauses.Add(1)
+	b.mu.Unlock()
+	slowest.log.Warn("delivery budget exceeded; pausing the slowest consumer",
+		"queued_bytes", most, "total_bytes", b.total.Load(), "budget", b.limit, "grace", b.grace)
+	slowest.setPaused(true)
+}
+
+// written runs after the writer wrote deliveries of a paused connection:
+// once it has written half of what it held when paused, it resumes.
+func (s *Server) written(c *conn) {
+	b := &s.budget
+	b.mu.Lock()
+	p, ok := b.paused[c]
+	if !ok || c.out.queuedDeliveries() > p.held/2 {
+		b.mu.Unlock()
+		return
+	}
+	delete(b.paused, c)
+	p.timer.Stop()
+	b.mu.Unlock()
+	c.log.Info("slow consumer caught up; resuming its deliveries", "queued_bytes", c.out.queuedDeliveries())
+	c.setPaused(false)
+}
+
+// graceEnded disconnects a connection still paused a grace period after
+// it was paused.
+func (s *Server) graceEnded(c *conn, p *pausedConn) {
+	b := &s.budget
+	b.mu.Lock()
+	if b.paused[c] != p {
+		b.mu.Unlock()
+		return // resumed, or gone
+	}
+	delete(b.paused, c)
+	b.mu.Unlock()
+	b.closed.Add(1)
+	queued := c.out.queuedDeliveries()
+	reason := fmt.Sprintf("consumer too slow: %d bytes of deliveries unread for %v past the broker's delivery budget of %d bytes (server.delivery_budget)",
+		queued, b.grace, b.limit)
+	c.log.Warn("closing a slow consumer", "queued_bytes", queued, "budget", b.limit, "grace", b.grace)
+	c.shedDeliveries(reason)
+}
+
+// forgetBudget drops a closed connection from the paused set.
+func (s *Server) forgetBudget(c *conn) {
+	b := &s.budget
+	b.mu.Lock()
+	if p, ok := b.paused[c]; ok {
+		p.timer.Stop()
+		delete(b.paused, c)
+	}
+	b.mu.Unlock()
+}
+
+// QueuedDeliveryBytes is the bytes of Deliver frames queued to consumers,
+// not yet written, on every connection: what Options.DeliveryBudget
+// bounds.
+func (s *Server) QueuedDeliveryBytes() int64 { return s.budget.total.Load() }
+
+// SlowConsumers reports the delivery budget's work since the server
+// started: connections paused, connections closed for staying slow past
+// the grace period, and connections paused now.
+func (s *Server) SlowConsumers() (pauses, closed uint64, pausedNow int) {
+	b := &s.budget
+	b.mu.Lock()
+	pausedNow = len(b.paused)
+	b.mu.Unlock()
+	return b.pauses.Load(), b.closed.Load(), pausedNow
+}
