@@ -20,7 +20,8 @@ var update = flag.Bool("update", false, "rewrite testdata/metrics.golden")
 // sorted fibril_ metric families, with their types, to the golden file.
 // Run with -update to rewrite it after adding a metric.
 func TestMetricsGolden(t *testing.T) {
-	f := newFixture(t, Options{ServerConnections: func() int { return 2 }, Bridges: siteBridge})
+	f := newFixture(t, Options{ServerConnections: func() int { return 2 }, Bridges: siteBridge,
+		ServerStats: func() ServerStats { return ServerStats{PreHello: 3, PreHelloEvicted: 1} }})
 	f.declare(map[string]any{"name": "clicks", "durability": "buffered"})
 	f.declare(map[string]any{"name": "orders", "durability": "durable", "max_messages": 2})
 	for _, q := range []string{"clicks", "orders", "orders"} {

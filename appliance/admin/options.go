@@ -56,6 +56,11 @@ type Options struct {
 	// at its connection limit, for fibril_connections_refused_total.
 	// Default nil: not exported.
 	ServerRefused func() uint64
+	// ServerStats reports the wire server's unauthenticated connections
+	// and queued deliveries, for the fibril_connections_pre_hello*,
+	// fibril_connections_hello_timeouts_total, fibril_delivery_queued_bytes
+	// and fibril_slow_consumer* metrics. Default nil: not exported.
+	ServerStats func() ServerStats
 	// Metrics counts the broker's events; pass the same value as the
 	// broker's appliance.Options.Observer. Default nil: a fresh Metrics
 	// that nothing feeds, so event counters and histograms stay at zero.

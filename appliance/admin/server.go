@@ -59,6 +59,7 @@ func New(b *appliance.Broker, opts Options) (*Server, error) {
 		opts.Metrics,
 		newStateCollector(b, opts.Metrics),
 		bridgeCollector{stats: opts.Bridges},
+		serverCollector{stats: opts.ServerStats},
 	} {
 		if err := s.reg.Register(c); err != nil {
 			return nil, fmt.Errorf("admin: register metrics: %w", err)

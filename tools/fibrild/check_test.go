@@ -54,6 +54,11 @@ func TestCheckConfig(t *testing.T) {
 			"notokens.toml:2: server.tokens_file: read tokens: open absent: no such file"}},
 		{"emptytokens.toml", "[server]\ntokens_file = \"" + empty + "\"\n", 2, []string{
 			"emptytokens.toml:2: server.tokens_file: empty-tokens holds no token"}},
+		{"limits.toml", "[server]\nmax_pre_hello = 16\nmax_pre_hello_per_source = 64\npressure_hello_timeout = \"1m\"\ndelivery_budget = \"1KiB\"\nslow_consumer_grace = \"0s\"\n", 2, []string{
+			"limits.toml:3: server.max_pre_hello_per_source: 64 is out of range (1 to max_pre_hello, 16)",
+			"limits.toml:4: server.pressure_hello_timeout: 1m0s is out of range",
+			"limits.toml:5: server.delivery_budget: 1KiB is below 64KiB",
+			"limits.toml:6: server.slow_consumer_grace: 0s is out of range"}},
 		{"admintls.toml", "[admin]\ntls_cert = \"cert.pem\"\nmax_connections = 0\n", 2, []string{
 			"admintls.toml:2: admin.tls_cert: tls_cert and tls_key go together",
 			"admintls.toml:3: admin.max_connections: 0 is out of range"}},

@@ -26,6 +26,18 @@ type adminServer struct {
 	served chan error
 }
 
+// serverStats reads the wire server's figures for the admin API's metrics.
+func serverStats(srv *server.Server) func() admin.ServerStats {
+	return func() admin.ServerStats {
+		pauses, closed, paused := srv.SlowConsumers()
+		return admin.ServerStats{
+			PreHello: srv.PreHello(), PreHelloEvicted: srv.PreHelloEvicted(), HelloTimeouts: srv.HelloTimeouts(),
+			QueuedDeliveryBytes: srv.QueuedDeliveryBytes(),
+			SlowConsumerPauses:  pauses, SlowConsumersClosed: closed, SlowConsumersPaused: paused,
+		}
+	}
+}
+
 // startAdmin serves the admin API on cfg's [admin] listen address, with
 // the [server] tokens (already resolved), the [admin] hosts and
 // connection limit, and HTTPS when [admin] tls_cert is set.
@@ -36,7 +48,8 @@ func startAdmin(cfg Config, b *appliance.Broker, m *admin.Metrics, srv *server.S
 		return &adminServer{}, nil
 	}
 	opts := admin.Options{Tokens: cfg.Server.Tokens, Hosts: adminHosts(cfg.Admin), MaxConnections: cfg.Admin.MaxConnections,
-		Logger: log, Metrics: m, ServerConnections: srv.Connections, ServerRefused: srv.Refused, UI: dashboard.Handler(),
+		Logger: log, Metrics: m, ServerConnections: srv.Connections, ServerRefused: srv.Refused, ServerStats: serverStats(srv),
+		UI:      dashboard.Handler(),
 		Version: Version, Bridges: bridges}
 	if cluster != nil {
 		opts.Cluster = func() (admin.ClusterView, bool) { return cluster.View(), true }

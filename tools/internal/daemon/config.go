@@ -14,6 +14,7 @@ import (
 	"github.com/pelletier/go-toml/v2"
 
 	"github.com/fibril-edge/fibril/appliance/admin"
+	"github.com/fibril-edge/fibril/appliance/server"
 	"github.com/fibril-edge/fibril/appliance/wire"
 )
 
@@ -49,6 +50,15 @@ type ServerConfig struct {
 	Heartbeat  Duration `toml:"heartbeat" help:"heartbeat interval; a client silent for three is closed; 0s: off"`
 	// MaxConnections bounds the client sessions (server.Options.MaxConnections).
 	MaxConnections int `toml:"max_connections" help:"most client connections served at once; one more is refused (1 to 1000000)"`
+	// MaxPreHello, MaxPreHelloPerSource and PressureHelloTimeout bound the
+	// connections that have not authenticated (server.Options).
+	MaxPreHello          int      `toml:"max_pre_hello" help:"most connections waiting for their Hello; past it the oldest of the busiest source is closed (1 to 1000000)"`
+	MaxPreHelloPerSource int      `toml:"max_pre_hello_per_source" help:"most connections waiting for their Hello from one IPv4 address or IPv6 /64; past it that source's oldest is closed (1 to max_pre_hello)"`
+	PressureHelloTimeout Duration `toml:"pressure_hello_timeout" help:"Hello timeout while more than half of max_pre_hello are waiting (1ms to 10s)"`
+	// DeliveryBudget and SlowConsumerGrace bound the deliveries queued to
+	// consumers on every connection together (server.Options).
+	DeliveryBudget    Size     `toml:"delivery_budget" help:"most bytes of deliveries queued to consumers, all connections together; past it the slowest is paused; 0: no budget (else at least 64KiB)"`
+	SlowConsumerGrace Duration `toml:"slow_consumer_grace" help:"how long a consumer paused by delivery_budget has to catch up before it is disconnected (10ms to 1h)"`
 }
 
 // AdminConfig is the admin HTTP API, metrics and dashboard (package
@@ -206,6 +216,21 @@ func (c Config) valueProblems() []Problem {
 	}
 	if s.MaxConnections < 1 || s.MaxConnections > 1_000_000 {
 		bad("server.max_connections", "%d is out of range (1 to 1000000)", s.MaxConnections)
+	}
+	if s.MaxPreHello < 1 || s.MaxPreHello > server.MaxPreHelloLimit {
+		bad("server.max_pre_hello", "%d is out of range (1 to %d)", s.MaxPreHello, server.MaxPreHelloLimit)
+	}
+	if s.MaxPreHelloPerSource < 1 || s.MaxPreHelloPerSource > max(s.MaxPreHello, 1) {
+		bad("server.max_pre_hello_per_source", "%d is out of range (1 to max_pre_hello, %d)", s.MaxPreHelloPerSource, s.MaxPreHello)
+	}
+	if d := time.Duration(s.PressureHelloTimeout); d < time.Millisecond || d > 10*time.Second {
+		bad("server.pressure_hello_timeout", "%v is out of range (1ms to 10s)", d)
+	}
+	if s.DeliveryBudget != 0 && s.DeliveryBudget < server.MinDeliveryBudget {
+		bad("server.delivery_budget", "%v is below 64KiB (0 turns the budget off)", s.DeliveryBudget)
+	}
+	if d := time.Duration(s.SlowConsumerGrace); d < 10*time.Millisecond || d > time.Hour {
+		bad("server.slow_consumer_grace", "%v is out of range (10ms to 1h)", d)
 	}
 	a := c.Admin
 	if a.Listen != "" {

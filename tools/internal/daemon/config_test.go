@@ -15,7 +15,8 @@ func TestDefault(t *testing.T) {
 	}
 	want := Config{
 		Server: ServerConfig{Listen: "127.0.0.1:7420", Tokens: []string{}, MaxFrame: 16 << 20, Heartbeat: Duration(10 * time.Second),
-			MaxConnections: 1024},
+			MaxConnections: 1024, MaxPreHello: 256, MaxPreHelloPerSource: 64, PressureHelloTimeout: Duration(time.Second),
+			DeliveryBudget: 256 << 20, SlowConsumerGrace: Duration(5 * time.Second)},
 		Admin: AdminConfig{Listen: "127.0.0.1:7421", Hosts: []string{}, MaxConnections: 64},
 		Storage: StorageConfig{DataDir: "./data", SegmentSize: 16 << 20, TailCache: 1 << 20,
 			MinFree: 64 << 20, CheckpointDelay: Duration(30 * time.Second)},
@@ -78,6 +79,11 @@ func TestValidate(t *testing.T) {
 		{"server.max_frame", func(c *Config) { c.Server.MaxFrame = 100 }},
 		{"server.heartbeat", func(c *Config) { c.Server.Heartbeat = Duration(time.Microsecond) }},
 		{"server.max_connections", func(c *Config) { c.Server.MaxConnections = 0 }},
+		{"server.max_pre_hello", func(c *Config) { c.Server.MaxPreHello = 0 }},
+		{"server.max_pre_hello_per_source", func(c *Config) { c.Server.MaxPreHelloPerSource = 300 }}, // above max_pre_hello
+		{"server.pressure_hello_timeout", func(c *Config) { c.Server.PressureHelloTimeout = 0 }},
+		{"server.delivery_budget", func(c *Config) { c.Server.DeliveryBudget = 1000 }},
+		{"server.slow_consumer_grace", func(c *Config) { c.Server.SlowConsumerGrace = Duration(time.Microsecond) }},
 		{"admin.listen", func(c *Config) { c.Admin.Listen = "nowhere" }},
 		{"admin.listen", func(c *Config) { c.Admin.Listen = "0.0.0.0:7421" }}, // off loopback without tokens
 		{"admin.hosts", func(c *Config) { c.Admin.Hosts = []string{"fibril.lan:7421"} }},
@@ -110,12 +116,14 @@ func TestValidate(t *testing.T) {
 
 func TestSetEveryKey(t *testing.T) {
 	keys := Keys()
-	if len(keys) != 34 {
+	if len(keys) != 39 {
 		t.Fatalf("%d keys: %v", len(keys), keys)
 	}
 	values := map[string]string{
 		"server.listen": "127.0.0.1:0", "server.tokens": "a, b,", "server.tokens_file": "/etc/fibril/tokens", "server.tls_cert": "c.pem",
 		"server.tls_key": "k.pem", "server.max_frame": "1MiB", "server.heartbeat": "2s", "server.max_connections": "16",
+		"server.max_pre_hello": "32", "server.max_pre_hello_per_source": "8", "server.pressure_hello_timeout": "250ms",
+		"server.delivery_budget": "8MiB", "server.slow_consumer_grace": "2s",
 		"admin.listen": "127.0.0.1:0", "admin.insecure": "true", "admin.hosts": "fibril.lan, gw", "admin.max_connections": "8",
 		"admin.tls_cert": "a.pem", "admin.tls_key": "ak.pem", "storage.data_dir": "/tmp/x", "storage.segment_size": "8MiB",
 		"storage.tail_cache": "4KiB", "storage.disk_budget": "10GB", "storage.min_free": "0",
@@ -140,7 +148,9 @@ func TestSetEveryKey(t *testing.T) {
 	}
 	want := Config{
 		Server: ServerConfig{Listen: "127.0.0.1:0", Tokens: []string{"a", "b"}, TokensFile: "/etc/fibril/tokens", TLSCert: "c.pem", TLSKey: "k.pem",
-			MaxFrame: 1 << 20, Heartbeat: Duration(2 * time.Second), MaxConnections: 16},
+			MaxFrame: 1 << 20, Heartbeat: Duration(2 * time.Second), MaxConnections: 16,
+			MaxPreHello: 32, MaxPreHelloPerSource: 8, PressureHelloTimeout: Duration(250 * time.Millisecond),
+			DeliveryBudget: 8 << 20, SlowConsumerGrace: Duration(2 * time.Second)},
 		Admin: AdminConfig{Listen: "127.0.0.1:0", Insecure: true, Hosts: []string{"fibril.lan", "gw"}, MaxConnections: 8,
 			TLSCert: "a.pem", TLSKey: "ak.pem"},
 		Storage: StorageConfig{DataDir: "/tmp/x", SegmentSize: 8 << 20, TailCache: 4 << 10, DiskBudget: 10e9,

@@ -187,7 +187,15 @@ func serverOptions(c ServerConfig, log *slog.Logger) (server.Options, error) {
 		Heartbeat: time.Duration(c.Heartbeat),
 		Logger:    log,
 
-		MaxConnections: c.MaxConnections,
+		MaxConnections:       c.MaxConnections,
+		MaxPreHello:          c.MaxPreHello,
+		MaxPreHelloPerSource: c.MaxPreHelloPerSource,
+		PressureHelloTimeout: time.Duration(c.PressureHelloTimeout),
+		DeliveryBudget:       int64(c.DeliveryBudget),
+		SlowConsumerGrace:    time.Duration(c.SlowConsumerGrace),
+	}
+	if o.DeliveryBudget == 0 {
+		o.DeliveryBudget = -1 // 0 in the config turns the budget off
 	}
 	if o.Heartbeat == 0 {
 		o.Heartbeat = -1 // 0s in the config turns heartbeats off
