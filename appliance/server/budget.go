@@ -18,7 +18,9 @@ import (
 // most bytes queued (the slowest consumer) is paused: its subscriptions
 // take no new deliveries, which go to the other consumers of their queues.
 // A paused connection resumes once it has written half of what it held
-// when paused. One that has not within the grace period is sent
+// when paused (to its socket: what the kernel's buffers take counts as
+// written, since it no longer sits in the broker's memory). One that has
+// not within the grace period is sent
 // Goodbye{reason}, what is still queued to it is dropped (its deliveries
 // are released when the connection closes, without counting a delivery),
 // and it is closed. Deliveries already handed to a connection when it is
@@ -89,6 +91,9 @@ func (s *Server) overBudget(now time.Time) {
 	slowest.log.Warn("delivery budget exceeded; pausing the slowest consumer",
 		"queued_bytes", most, "total_bytes", b.total.Load(), "budget", b.limit, "grace", b.grace)
 	slowest.setPaused(true)
+	// The writer checks the flag after each delivery it writes; if it
+	// wrote what it had before the flag was set, nothing would resume it.
+	s.written(slowest)
 }
 
 // written runs after the writer wrote deliveries of a paused connection:
@@ -119,6 +124,11 @@ func (s *Server) graceEnded(c *conn, p *pausedConn) {
 	}
 	delete(b.paused, c)
 	b.mu.Unlock()
+	select {
+	case <-c.done:
+		return // it closed meanwhile (it was paused as it went)
+	default:
+	}
 	b.closed.Add(1)
 	queued := c.out.queuedDeliveries()
 	reason := fmt.Sprintf("consumer too slow: %d bytes of deliveries unread for %v past the broker's delivery budget of %d bytes (server.delivery_budget)",

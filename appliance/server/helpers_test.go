@@ -42,6 +42,13 @@ type testServer struct {
 // Cleanup shuts both down and checks that Serve ended as it should.
 func startServer(t *testing.T, opts Options) *testServer {
 	t.Helper()
+	return startServerOn(t, opts, nil)
+}
+
+// startServerOn is startServer with the listener wrapped by wrap (nil:
+// as it is).
+func startServerOn(t *testing.T, opts Options, wrap func(net.Listener) net.Listener) *testServer {
+	t.Helper()
 	b, err := appliance.Open(appliance.Options{DataDir: t.TempDir(), MinFreeBytes: -1, Logger: testLogger()})
 	if err != nil {
 		t.Fatalf("open broker: %v", err)
@@ -57,6 +64,9 @@ func startServer(t *testing.T, opts Options) *testServer {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)
+	}
+	if wrap != nil {
+		ln = wrap(ln)
 	}
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(ln) }()
