@@ -241,15 +241,8 @@ func TestClusterSitePowerCut(t *testing.T) {
 	ctx := caseCtx(t, 4*time.Minute)
 	e := newClusterEnv(t, ctx, "xfs")
 	queues := bothModes("site")
-	r, err := StartLoad(ctx, LoadOptions{Addr: e.addrs, History: e.h, Queues: queues,
-		Seed: e.seed, Prefix: "site", Rate: 300})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := e.load(ctx, queues, "site")
 	defer r.Stop()
-	if err := r.WaitConfirmed(ctx, r.Counts().Confirmed+600); err != nil {
-		t.Fatalf("before the cut: %v", err)
-	}
 	epochs := map[string]uint64{}
 	for _, q := range queues {
 		i, epoch := e.owner(ctx, q.Name, 0)
@@ -336,15 +329,8 @@ func TestClusterWipedFollowerRejoins(t *testing.T) {
 	ctx := caseCtx(t, 4*time.Minute)
 	e := newClusterEnv(t, ctx, "xfs")
 	queues := bothModes("cw")
-	r, err := StartLoad(ctx, LoadOptions{Addr: e.addrs, History: e.h, Queues: queues,
-		Seed: e.seed, Prefix: "cw", Rate: 300})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := e.load(ctx, queues, "cw")
 	defer r.Stop()
-	if err := r.WaitConfirmed(ctx, r.Counts().Confirmed+600); err != nil {
-		t.Fatalf("before the wipe: %v", err)
-	}
 	o, epoch := e.owner(ctx, queues[0].Name, 0)
 	f := (o + 1) % len(e.nodes)
 	e.nodes[f].Kill()
@@ -410,6 +396,22 @@ func TestClusterLatchedOwner(t *testing.T) {
 		}
 	}, "faultinject")
 	e.copiesIdentical(bothModes("cl"))
+}
+
+// load starts 300 publishes/s per publisher on queues through every
+// node's address, and returns once 600 of them are confirmed.
+func (e *clusterEnv) load(ctx context.Context, queues []QueueSpec, prefix string) *Runner {
+	e.t.Helper()
+	r, err := StartLoad(ctx, LoadOptions{Addr: e.addrs, History: e.h, Queues: queues,
+		Seed: e.seed, Prefix: prefix, Rate: 300})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := r.WaitConfirmed(ctx, r.Counts().Confirmed+600); err != nil {
+		r.Stop()
+		e.t.Fatalf("before the fault: %v", err)
+	}
+	return r
 }
 
 // ownerFaultCase loads a durable and a buffered queue through every

@@ -112,26 +112,12 @@ func TestRunAdminHosts(t *testing.T) {
 // HTTPS only, TLS 1.3 or TLS 1.2 with AEAD suites, HTTP/1.1; a client
 // that trusts the CA reaches it.
 func TestRunAdminTLS(t *testing.T) {
-	dir := t.TempDir()
-	caPEM, caKey, err := federation.NewCA("test CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM, keyPEM, err := federation.NewNodeCert(caPEM, caKey, "admin", []string{"127.0.0.1"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := Default()
 	cfg.Server.Listen = "127.0.0.1:0"
 	cfg.Storage.DataDir = t.TempDir()
 	cfg.Storage.MinFree = 0
-	cfg.Admin.TLSCert, cfg.Admin.TLSKey = filepath.Join(dir, "admin.pem"), filepath.Join(dir, "admin-key.pem")
-	if err := os.WriteFile(cfg.Admin.TLSCert, certPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfg.Admin.TLSKey, keyPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	var caPEM []byte
+	caPEM, cfg.Admin.TLSCert, cfg.Admin.TLSKey = testCert(t, "admin")
 	_, adminAddr, stop := startRunAdmin(t, cfg)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
@@ -177,26 +163,12 @@ func TestRunAdminTLS(t *testing.T) {
 // The client port takes the same TLS settings as the admin and cluster
 // ports: TLS 1.3, or 1.2 with an AEAD suite; a CBC suite is refused.
 func TestClientPortTLSIsAEADOnly(t *testing.T) {
-	dir := t.TempDir()
-	caPEM, caKey, err := federation.NewCA("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM, keyPEM, err := federation.NewNodeCert(caPEM, caKey, "client-port", []string{"127.0.0.1"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := Default()
 	cfg.Server.Listen = "127.0.0.1:0"
 	cfg.Storage.DataDir = t.TempDir()
 	cfg.Storage.MinFree = 0
-	cfg.Server.TLSCert, cfg.Server.TLSKey = filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
-	if err := os.WriteFile(cfg.Server.TLSCert, certPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfg.Server.TLSKey, keyPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	var caPEM []byte
+	caPEM, cfg.Server.TLSCert, cfg.Server.TLSKey = testCert(t, "client-port")
 	addr, stop := startRun(t, cfg)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
@@ -220,4 +192,27 @@ func TestClientPortTLSIsAEADOnly(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// testCert makes a CA and a certificate for 127.0.0.1 signed by it, and
+// returns the CA's PEM and the paths of the certificate and its key.
+func testCert(t *testing.T, name string) (caPEM []byte, certPath, keyPath string) {
+	t.Helper()
+	dir := t.TempDir()
+	caPEM, caKey, err := federation.NewCA("test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := federation.NewNodeCert(caPEM, caKey, name, []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPath, keyPath = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
+	if err := os.WriteFile(certPath, certPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyPath, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return caPEM, certPath, keyPath
 }
