@@ -139,7 +139,7 @@ func (op *ownedPartition) follow() {
 		}
 		op.gate, op.epoch = replication.NewGate(boundary, a.Policy.Required(1), nil), a.Epoch
 		// From here on this process writes every record of the log
-		// itself: it is live (replication/seal.go) until it latches.
+		// itself: it is live (replication/live.go) until it latches.
 		op.c.follower.MarkLive(op.copyID(a.Incarnation))
 		close(op.ready)
 		// Served once the broker's declare that attached it returns

@@ -120,12 +120,14 @@ func (f *Follower) isLive(id CopyID) bool {
 		f.forgetLive(id) // stale: it may never speak for the copy again
 	}
 	f.mu.Lock()
-	if f.live[id] == liveUnknown {
-		f.live[id] = map[bool]liveness{true: liveYes, false: liveNo}[live]
+	defer f.mu.Unlock()
+	if f.live[id] == liveUnknown { // nothing marked it meanwhile
+		f.live[id] = liveNo
+		if live {
+			f.live[id] = liveYes
+		}
 	}
-	l = f.live[id]
-	f.mu.Unlock()
-	return l == liveYes
+	return f.live[id] == liveYes
 }
 
 // liveAt makes copy id live once log, fed by a stream whose owner had
