@@ -325,6 +325,11 @@ func TestWholeSiteCutWaitsForEveryCopy(t *testing.T) {
 	if !sealing.Sealing || sealing.Witnesses(appliance.Buffered) != 0 {
 		t.Fatalf("installed on two cut copies of a buffered queue: %+v", sealing)
 	}
+	for _, q := range f.cluster.View().Queues {
+		if p := q.Partitions[0]; q.Name == "site" && (!p.Recovering || p.Sealed != 0 || p.SealsNeeded != 2 || p.CutSealed != 2) {
+			t.Fatalf("status while waiting for every copy: %+v, want recovering with 0 of 2 counted and 2 cut", p)
+		}
+	}
 
 	nodes[owner.id].useFS(survived[0])
 	nodes[owner.id].restart(t)

@@ -30,6 +30,12 @@ func (c *Cluster) View() admin.ClusterView {
 			pv := admin.ClusterPartition{Partition: a.Partition, Owner: a.Owner, Followers: a.Followers, Epoch: a.Epoch, Reads: a.Describe(q.Config.Durability)}
 			if a.Sealing {
 				pv.Recovering, pv.Sealed, pv.SealsNeeded = true, a.Witnesses(q.Config.Durability), a.SealsNeeded()
+				for _, sl := range a.Seals {
+					if sl.Witness {
+						pv.CutSealed++
+					}
+				}
+				pv.CutSealed -= pv.Sealed
 			}
 			if op, g := c.ownedGate(name, a.Partition); g != nil {
 				if ceil := g.Ceiling(); ceil != ^uint64(0) { // unbounded: the owner alone suffices

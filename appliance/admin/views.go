@@ -64,10 +64,15 @@ type ClusterPartition struct {
 	Epoch     uint64   `json:"epoch"`
 	Reads     string   `json:"reads"`
 	// Recovering: a recovery is installing Epoch; no owner serves the
-	// partition until Sealed reaches SealsNeeded (E-W+1 witnesses).
+	// partition until Sealed reaches SealsNeeded (E-W+1 witnesses), or
+	// every copy has sealed. CutSealed counts the copies that sealed but
+	// do not count (a buffered queue's copies back from a power loss or a
+	// restart, which may have lost what they had not synced): with any,
+	// the recovery may be waiting for every copy.
 	Recovering  bool `json:"recovering,omitempty"`
 	Sealed      int  `json:"sealed,omitempty"`
 	SealsNeeded int  `json:"seals_needed,omitempty"`
+	CutSealed   int  `json:"cut_sealed,omitempty"`
 	// Ceiling is the visibility ceiling's follower part (next offset
 	// that enough followers hold), on the owner only.
 	Ceiling *uint64 `json:"ceiling,omitempty"`

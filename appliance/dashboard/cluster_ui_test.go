@@ -27,7 +27,7 @@ func clusterView() admin.ClusterView {
 			{Name: "clicks", Durability: "buffered", Policy: "replica_buffered:2",
 				Partitions: []admin.ClusterPartition{
 					{Partition: 0, Owner: "n2", Followers: []string{"n1", "n3"}, Epoch: 2, Reads: "written on 2 of 3",
-						Recovering: true, Sealed: 1, SealsNeeded: 2},
+						Recovering: true, Sealed: 1, SealsNeeded: 2, CutSealed: 1},
 				},
 				LastFailover: &admin.Failover{Epoch: 2, From: "n2", Reason: "owner n2 unreachable for 3s", StartedAt: time.Now()}},
 			{Name: "orders", Durability: "durable", Policy: "replica_durable:2",
@@ -95,7 +95,7 @@ func TestDashboardCluster(t *testing.T) {
 		orders + `tr[data-follower="n2"] td[data-field="stream"]`:          "push",
 		orders + `tr[data-follower="n3"] td[data-field="stream"]`:          "catching up",
 		page + `article[data-queue="clicks"] td[data-field="ceiling"]`:     "—",
-		page + `article[data-queue="clicks"] td[data-field="state"]`:       "recovering: 1 of 2 witnesses sealed",
+		page + `article[data-queue="clicks"] td[data-field="state"]`:       "recovering: 1 of 2 witnesses sealed, 1 more that may have lost unsynced records (waits for every copy)",
 		page + `article[data-queue="clicks"] [data-field="last-failover"]`: "epoch 2",
 		orders + `tr[data-partition="0"] td[data-field="state"]`:           "serving",
 	} {

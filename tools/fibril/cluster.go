@@ -86,7 +86,11 @@ func printClusterView(w io.Writer, v admin.ClusterView) error {
 				}
 			}
 			if p.Recovering {
-				prog = []string{fmt.Sprintf("RECOVERING: %d of %d witnesses sealed", p.Sealed, p.SealsNeeded)}
+				line := fmt.Sprintf("RECOVERING: %d of %d witnesses sealed", p.Sealed, p.SealsNeeded)
+				if p.CutSealed > 0 {
+					line += fmt.Sprintf(", %d more that may have lost unsynced records (waits for every copy)", p.CutSealed)
+				}
+				prog = []string{line}
 			}
 			fmt.Fprintf(tw, "%s (%s, %s)\t%d\t%s\t%s\t%d\t%s\t%s\n", q.Name, q.Durability, q.Policy, p.Partition,
 				p.Owner, orDash(strings.Join(p.Followers, ",")), p.Epoch, p.Reads, orDash(strings.Join(prog, "  ")))

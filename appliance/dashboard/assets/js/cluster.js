@@ -74,7 +74,8 @@ function queueCard(q, self) {
       { label: 'owner', field: 'owner', cell: p => p.owner + (p.owner === self ? ' (this node)' : '') },
       { label: 'followers', field: 'followers', cell: p => (p.followers || []).join(', ') || '—' },
       { label: 'epoch', field: 'epoch', cell: p => int(p.epoch) },
-      { label: 'state', field: 'state', cell: p => (p.recovering ? `recovering: ${p.sealed} of ${p.seals_needed} witnesses sealed` : 'serving'),
+      { label: 'state', field: 'state', cell: p => (p.recovering ? `recovering: ${p.sealed || 0} of ${p.seals_needed} witnesses sealed` +
+        (p.cut_sealed ? `, ${p.cut_sealed} more that may have lost unsynced records (waits for every copy)` : '') : 'serving'),
         cls: p => (p.recovering ? 'attention' : null) },
       { label: 'reads', field: 'reads', cell: p => p.reads || '—' },
       { label: 'ceiling', field: 'ceiling', cell: p => (typeof p.ceiling === 'number' ? int(p.ceiling) : '—') },
