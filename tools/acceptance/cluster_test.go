@@ -216,18 +216,7 @@ func TestClusterOwnerKill(t *testing.T) {
 // followers hold written copies and seal them with a sync.
 func TestClusterOwnerPowerCut(t *testing.T) {
 	ownerFaultCase(t, "cp", func(ctx context.Context, e *clusterEnv, i int, queue string) {
-		e.h.CutBegins()
-		if err := e.loops[i].PowerCut(ctx); err != nil {
-			e.t.Fatal(err)
-		}
-		e.nodes[i].Kill()
-		e.h.Fault("power cut of " + e.ids[i])
-		if err := e.loops[i].Unmount(ctx); err != nil {
-			e.t.Fatal(err)
-		}
-		if err := e.loops[i].Mount(ctx); err != nil {
-			e.t.Fatal(err)
-		}
+		e.powerCut(ctx, i)
 	})
 }
 
@@ -299,18 +288,7 @@ func TestClusterSitePowerCut(t *testing.T) {
 // be lost, and every copy ends identical.
 func TestClusterOwnerBackShorter(t *testing.T) {
 	e := ownerFaultCase(t, "cb", func(ctx context.Context, e *clusterEnv, i int, queue string) {
-		e.h.CutBegins()
-		if err := e.loops[i].PowerCut(ctx); err != nil {
-			e.t.Fatal(err)
-		}
-		e.nodes[i].Kill()
-		e.h.Fault("power cut of " + e.ids[i])
-		if err := e.loops[i].Unmount(ctx); err != nil {
-			e.t.Fatal(err)
-		}
-		if err := e.loops[i].Mount(ctx); err != nil {
-			e.t.Fatal(err)
-		}
+		e.powerCut(ctx, i)
 		e.h.Restart()
 		if err := e.nodes[i].Start(ctx); err != nil {
 			e.t.Fatalf("restart %s: %v", e.ids[i], err)
@@ -418,6 +396,25 @@ func (e *clusterEnv) load(ctx context.Context, queues []QueueSpec, prefix string
 		e.t.Fatalf("before the fault: %v", err)
 	}
 	return r
+}
+
+// powerCut cuts node i's power: its image shuts down without a log flush
+// (what was not synced is gone), the process is killed, and the image is
+// mounted again; the node is not restarted.
+func (e *clusterEnv) powerCut(ctx context.Context, i int) {
+	e.t.Helper()
+	e.h.CutBegins()
+	if err := e.loops[i].PowerCut(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	e.nodes[i].Kill()
+	e.h.Fault("power cut of " + e.ids[i])
+	if err := e.loops[i].Unmount(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.loops[i].Mount(ctx); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // ownerFaultCase loads a durable and a buffered queue through every
@@ -538,19 +535,8 @@ func TestClusterSoak(t *testing.T) {
 			}
 			e.schedule("SIGCONT %s", e.ids[i])
 		case 2:
-			e.h.CutBegins()
-			if err := e.loops[i].PowerCut(ctx); err != nil {
-				t.Fatal(err)
-			}
-			e.nodes[i].Kill()
-			e.h.Fault("power cut of " + e.ids[i])
+			e.powerCut(ctx, i)
 			e.schedule("power cut %s", e.ids[i])
-			if err := e.loops[i].Unmount(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if err := e.loops[i].Mount(ctx); err != nil {
-				t.Fatal(err)
-			}
 		}
 		faults++
 		if p := e.nodes[i].Proc(); p != nil {
