@@ -174,13 +174,7 @@ func TestWipedCopyIsNoWitness(t *testing.T) {
 		t.Fatalf("%s was installed, not %s, the only witness holding every confirmed record", next.id, owner.id)
 	}
 	publishN(t, next.broker, "w", "after", 5)
-	for _, have := range nodes.copiesMatch(t, "w", (*wal.Log).DurableNext) {
-		for i, w := range want {
-			if i >= len(have) || have[i].Offset != w.Offset || !bytes.Equal(have[i].Payload, w.Payload) {
-				t.Fatalf("confirmed record %d missing or changed on a copy after the recovery", w.Offset)
-			}
-		}
-	}
+	nodes.copiesHold(t, "w", (*wal.Log).DurableNext, want, "confirmed record %d missing or changed on a copy after the recovery")
 }
 
 // The owner's log latches (an fsync fails): it confirms nothing more, the
@@ -212,13 +206,7 @@ func TestLatchedOwnerFailsOver(t *testing.T) {
 		t.Fatalf("the latched owner %s was installed again", owner.id)
 	}
 	publishN(t, next.broker, "l", "after", 10)
-	for _, have := range nodes.copiesMatch(t, "l", (*wal.Log).DurableNext) {
-		for i, w := range want {
-			if i >= len(have) || have[i].Offset != w.Offset || !bytes.Equal(have[i].Payload, w.Payload) {
-				t.Fatalf("confirmed record %d missing or changed on a copy after the recovery", w.Offset)
-			}
-		}
-	}
+	nodes.copiesHold(t, "l", (*wal.Log).DurableNext, want, "confirmed record %d missing or changed on a copy after the recovery")
 }
 
 // Every node loses its power at once. A durable queue loses nothing it
@@ -265,13 +253,7 @@ func TestWholeSitePowerCut(t *testing.T) {
 			}
 			next := nodes.servedAfter(t, "site", a.Epoch)
 			publishN(t, next.broker, "site", "after", 5)
-			for _, have := range nodes.copiesMatch(t, "site", writtenFrontier(mode)) {
-				for i, w := range want {
-					if i >= len(have) || have[i].Offset != w.Offset || !bytes.Equal(have[i].Payload, w.Payload) {
-						t.Fatalf("record %d, synced on a copy before the cut, missing or changed after the recovery", w.Offset)
-					}
-				}
-			}
+			nodes.copiesHold(t, "site", writtenFrontier(mode), want, "record %d, synced on a copy before the cut, missing or changed after the recovery")
 		})
 	}
 }
@@ -338,13 +320,7 @@ func TestWholeSiteCutWaitsForEveryCopy(t *testing.T) {
 		t.Fatalf("%s owns the queue, want %s, whose copy synced the most", next.id, owner.id)
 	}
 	publishN(t, next.broker, "site", "after", 5)
-	for _, have := range nodes.copiesMatch(t, "site", (*wal.Log).WrittenNext) {
-		for i, w := range want {
-			if i >= len(have) || have[i].Offset != w.Offset || !bytes.Equal(have[i].Payload, w.Payload) {
-				t.Fatalf("record %d, synced on the owner before the cut, missing or changed after the recovery", w.Offset)
-			}
-		}
-	}
+	nodes.copiesHold(t, "site", (*wal.Log).WrittenNext, want, "record %d, synced on the owner before the cut, missing or changed after the recovery")
 }
 
 // The followers of a two-partition queue are each ahead on a different
@@ -403,4 +379,18 @@ func TestRecoveryShipsTheBetterTail(t *testing.T) {
 	// Every copy, the old owner's too once it is back, ends identical.
 	owner.restart(t)
 	nodes.copiesMatch(t, "wide", (*wal.Log).WrittenNext)
+}
+
+// copiesHold waits for every copy of queue to reach its owner at reach,
+// and fails t with msg (a format taking the offset) unless each begins
+// with want, record for record.
+func (c testCluster) copiesHold(t *testing.T, queue string, reach frontier, want []wal.Record, msg string) {
+	t.Helper()
+	for _, have := range c.copiesMatch(t, queue, reach) {
+		for i, w := range want {
+			if i >= len(have) || have[i].Offset != w.Offset || !bytes.Equal(have[i].Payload, w.Payload) {
+				t.Fatalf(msg, w.Offset)
+			}
+		}
+	}
 }
