@@ -270,12 +270,7 @@ func TestClusterSitePowerCut(t *testing.T) {
 		i, epoch := e.owner(ctx, q.Name, epochs[q.Name])
 		e.schedule("%s served by %s at epoch %d", q.Name, e.ids[i], epoch)
 	}
-	if err := r.WaitConfirmed(ctx, r.Counts().Confirmed+300); err != nil {
-		t.Fatalf("after the cut: %v", err)
-	}
-	r.Stop()
-	e.copiesCaughtUp(ctx)
-	rep := e.verify(ctx, queues)
+	rep := e.finish(ctx, r, queues, "the cut")
 	logLosses(t, rep, queues)
 	e.copiesIdentical(queues)
 }
@@ -345,12 +340,7 @@ func TestClusterWipedFollowerRejoins(t *testing.T) {
 		i, ep := e.owner(ctx, q.Name, 0)
 		e.schedule("%s served by %s at epoch %d", q.Name, e.ids[i], ep)
 	}
-	if err := r.WaitConfirmed(ctx, r.Counts().Confirmed+300); err != nil {
-		t.Fatalf("after the owner's return: %v", err)
-	}
-	r.Stop()
-	e.copiesCaughtUp(ctx)
-	rep := e.verify(ctx, queues)
+	rep := e.finish(ctx, r, queues, "the owner's return")
 	if len(rep.Lost) != 0 {
 		t.Fatalf("lost %d confirmed messages", len(rep.Lost))
 	}
@@ -415,6 +405,19 @@ func (e *clusterEnv) powerCut(ctx context.Context, i int) {
 	if err := e.loops[i].Mount(ctx); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+// finish waits for 300 more confirms (the cluster serves again after
+// what the case did), stops the load, waits for every copy to catch up
+// and checks the history.
+func (e *clusterEnv) finish(ctx context.Context, r *Runner, queues []QueueSpec, after string) Report {
+	e.t.Helper()
+	if err := r.WaitConfirmed(ctx, r.Counts().Confirmed+300); err != nil {
+		e.t.Fatalf("after %s: %v", after, err)
+	}
+	r.Stop()
+	e.copiesCaughtUp(ctx)
+	return e.verify(ctx, queues)
 }
 
 // ownerFaultCase loads a durable and a buffered queue through every
