@@ -29,7 +29,7 @@ test: vet
 # and xfsprogs; plain go test skips these cases. FIBRIL_SEED=<n> replays a
 # run; FIBRIL_RECOVERY_MIB sizes the log of the kill-during-recovery case.
 acceptance:
-	FIBRIL_ACCEPTANCE=1 $(GO) test -count=1 -timeout 12m ./tools/acceptance/
+	FIBRIL_ACCEPTANCE=1 tools/acceptance/summarize.sh $(GO) test -count=1 -timeout 12m ./tools/acceptance/
 
 # The soak (not in CI): ten minutes of load with rollovers, checkpoints,
 # retention, kills and power cuts; logs durable lag, RSS, open files and

@@ -208,6 +208,25 @@ func (p *Process) Kill() {
 	<-p.exited
 }
 
+// Dump sends SIGQUIT, which makes a Go program print every goroutine's
+// stack and exit, waits up to timeout for the exit (past it the process
+// is killed), and returns the log with the dump. For a test's failure
+// report: where each goroutine of a wedged daemon waits.
+func (p *Process) Dump(timeout time.Duration) string {
+	select {
+	case <-p.exited:
+		return p.Log()
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-p.exited:
+	case <-time.After(timeout):
+		p.Kill()
+	}
+	return p.Log()
+}
+
 // Stop sends SIGTERM and waits up to timeout for the exit; past it the
 // process is killed and an error returned. It returns the exit status.
 func (p *Process) Stop(timeout time.Duration) error {

@@ -88,6 +88,7 @@ func newClusterEnv(t *testing.T, ctx context.Context, fs string, tags ...string)
 		t.Cleanup(func() {
 			if t.Failed() {
 				t.Logf("%s's last log lines:\n%s", id, lastLogLines(b, 80))
+				keepDump(t, id, b)
 			}
 		})
 		e.nodes, e.ids, e.loops = append(e.nodes, b), append(e.ids, id), append(e.loops, l)
@@ -103,6 +104,23 @@ func newClusterEnv(t *testing.T, ctx context.Context, fs string, tags ...string)
 	e.addrs = strings.Join(addrs, ",")
 	h.Note("cluster case %s seed %d fs %q nodes %s", t.Name(), e.seed, fs, e.addrs)
 	return e
+}
+
+// keepDump stops a failed case's node with a goroutine dump and keeps
+// its whole log, the dump included, in a file outside the test's
+// directories (those go with the test), naming the file in the test log.
+func keepDump(t *testing.T, id string, b *Broker) {
+	p := b.Proc()
+	if p == nil {
+		return
+	}
+	name := filepath.Join(os.TempDir(), fmt.Sprintf("fibril-%s-%s-%d.log",
+		strings.ReplaceAll(t.Name(), "/", "_"), id, time.Now().Unix()))
+	if err := os.WriteFile(name, []byte(p.Dump(10*time.Second)), 0o644); err != nil {
+		t.Logf("keep %s's log: %v", id, err)
+		return
+	}
+	t.Logf("%s's whole log, with a goroutine dump if it was running: %s", id, name)
 }
 
 func (e *clusterEnv) schedule(format string, args ...any) {
@@ -415,9 +433,19 @@ func (e *clusterEnv) finish(ctx context.Context, r *Runner, queues []QueueSpec, 
 	if err := r.WaitConfirmed(ctx, r.Counts().Confirmed+300); err != nil {
 		e.t.Fatalf("after %s: %v", after, err)
 	}
-	r.Stop()
+	e.stopLoad(r)
 	e.copiesCaughtUp(ctx)
 	return e.verify(ctx, queues)
+}
+
+// stopLoad stops r and fails the case if the cluster left publishes
+// unanswered.
+func (e *clusterEnv) stopLoad(r *Runner) {
+	e.t.Helper()
+	r.Stop()
+	if n := r.Unanswered(); n > 0 {
+		e.t.Fatalf("%d publishes unanswered a minute after the load stopped\nschedule:\n%s", n, strings.Join(e.sched, "\n"))
+	}
 }
 
 // ownerFaultCase loads a durable and a buffered queue through every
@@ -478,7 +506,7 @@ func ownerFaultCase(t *testing.T, prefix string, fault func(ctx context.Context,
 		if err := r.WaitConfirmed(ctx, r.Counts().Confirmed+200); err != nil {
 			t.Fatalf("after the restarts: %v", err)
 		}
-		r.Stop()
+		e.stopLoad(r)
 	}
 	e.copiesCaughtUp(ctx)
 	rep := e.verify(ctx, queues)
@@ -557,7 +585,7 @@ func TestClusterSoak(t *testing.T) {
 	if err := r.WaitConfirmed(ctx, r.Counts().Confirmed+200); err != nil {
 		t.Fatalf("after the last fault: %v", err)
 	}
-	r.Stop()
+	e.stopLoad(r)
 	e.copiesCaughtUp(ctx)
 	rep := e.verify(ctx, queues)
 	if len(rep.Lost) != 0 {

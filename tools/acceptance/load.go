@@ -121,6 +121,7 @@ type Runner struct {
 	cons    []*client.Consumer
 
 	sent, confirmed, failed, delivered, acked atomic.Int64
+	unanswered                                atomic.Int64  // set by Stop
 	progress                                  chan struct{} // signalled on every confirm and delivery
 }
 
@@ -352,8 +353,12 @@ func (r *Runner) WaitConfirmed(ctx context.Context, n int64) error {
 	return nil
 }
 
-// Stop stops publishing and consuming, waits for every publish in flight
-// to complete, and closes the runner's connections.
+// stopWait bounds how long Stop waits for the publishes in flight.
+const stopWait = time.Minute
+
+// Stop stops publishing and consuming, waits up to a minute for every
+// publish in flight to be answered, and closes the runner's connections
+// (which fails what is still unanswered: Unanswered counts those).
 func (r *Runner) Stop() {
 	select {
 	case <-r.stop:
@@ -364,8 +369,20 @@ func (r *Runner) Stop() {
 	for _, c := range r.cons {
 		c.Close()
 	}
-	r.wg.Wait()
+	waited := make(chan struct{})
+	go func() { r.wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(stopWait):
+		r.unanswered.Store(r.sent.Load() - r.confirmed.Load() - r.failed.Load())
+	}
 	for _, c := range r.clients {
 		c.Close()
 	}
+	<-waited
 }
+
+// Unanswered is how many publishes the broker had not answered a minute
+// after Stop was called (a broker answers every publish: with a confirm
+// or an error). 0 until Stop returns.
+func (r *Runner) Unanswered() int64 { return r.unanswered.Load() }
