@@ -297,3 +297,39 @@ func TestSenderReportsRefusalWhileItLasts(t *testing.T) {
 		t.Fatalf("after an accepted handshake: %+v", st)
 	}
 }
+
+// A follower that takes the connection and never answers the Hello (a
+// wedged peer) does not hold the stream: the sender gives up on it
+// within HelloTimeout and connects again.
+func TestSenderRedialsAFollowerThatNeverAnswers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c // read nothing, answer nothing
+		}
+	}()
+	owner := openLog(t, vfs.NewMem(), "owner")
+	fill(t, owner, 5)
+	gate := NewGate(Written, 2, []string{"f"})
+	s := StartSender(SenderOptions{Hello: Hello{Epoch: 1, Queue: "q", Owner: "o"}, Follower: "f", Addr: ln.Addr().String(),
+		Dial: dialTCP, Log: owner, Gate: gate, Retry: time.Millisecond, HelloTimeout: 50 * time.Millisecond, Logger: quiet})
+	defer s.Close()
+	deadline := time.After(time.Minute)
+	for n := 0; n < 2; n++ {
+		select {
+		case c := <-accepted:
+			defer c.Close()
+		case <-deadline:
+			t.Fatalf("the sender connected %d times to a follower that never answers, want 2", n)
+		}
+	}
+}

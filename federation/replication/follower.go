@@ -21,6 +21,10 @@ import (
 // DefaultPullBytes bounds the catch-up batch a follower Pulls.
 const DefaultPullBytes = 1 << 20
 
+// helloReadTimeout bounds the wait for a stream's Hello: a connection
+// that sends none holds nothing for long.
+const helloReadTimeout = 10 * time.Second
+
 // FollowerOptions configure a Follower.
 type FollowerOptions struct {
 	// Dir holds one log per replicated partition:
@@ -131,10 +135,12 @@ func (f *Follower) Serve(c net.Conn) {
 	defer f.wg.Done()
 	br := bufio.NewReaderSize(c, 64<<10)
 	w := &frameWriter{w: bufio.NewWriter(c)}
+	c.SetReadDeadline(time.Now().Add(helloReadTimeout))
 	fr, err := readFrame(br)
 	if err != nil {
 		return
 	}
+	c.SetReadDeadline(time.Time{})
 	h, ok := fr.(Hello)
 	if !ok {
 		w.send(Refuse{Reason: "expected hello"})

@@ -21,6 +21,9 @@ const (
 	DefaultCatchUpLag = 4096
 	// DefaultRetry is the first reconnect delay; it doubles up to maxRetry.
 	DefaultRetry = 50 * time.Millisecond
+	// DefaultHelloTimeout bounds the wait for the follower's answer to a
+	// Hello (it may wait for its control state to catch up first).
+	DefaultHelloTimeout = 30 * time.Second
 )
 
 // SenderOptions configure one owner-to-follower stream.
@@ -43,8 +46,12 @@ type SenderOptions struct {
 	// the owner's tail cache holds; default DefaultCatchUpLag.
 	CatchUpLag uint64
 	// Retry is the first reconnect delay; default DefaultRetry.
-	Retry  time.Duration
-	Logger *slog.Logger
+	Retry time.Duration
+	// HelloTimeout bounds the wait for the follower's answer to each
+	// connection's Hello; past it the stream reconnects. Default
+	// DefaultHelloTimeout.
+	HelloTimeout time.Duration
+	Logger       *slog.Logger
 }
 
 // SenderStats count a stream's batches since its sender started.
@@ -85,6 +92,9 @@ func StartSender(o SenderOptions) *Sender {
 	}
 	if o.Retry <= 0 {
 		o.Retry = DefaultRetry
+	}
+	if o.HelloTimeout <= 0 {
+		o.HelloTimeout = DefaultHelloTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -152,6 +162,9 @@ func (s *Sender) stream(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 	defer c.Close()
+	// A follower that never answers the Hello must not hold the stream:
+	// its gate position would stay where it was for good.
+	c.SetDeadline(time.Now().Add(s.o.HelloTimeout))
 	w := bufio.NewWriterSize(c, 64<<10)
 	hello := s.o.Hello
 	hello.Head, hello.End = s.o.Log.Head(), s.o.Log.WrittenNext()
@@ -164,8 +177,9 @@ func (s *Sender) stream(ctx context.Context) error {
 	br := bufio.NewReader(c)
 	fr, err := readFrame(br)
 	if err != nil {
-		return fmt.Errorf("read hello reply: %w", err)
+		return fmt.Errorf("read the follower's answer to the hello (within %v): %w", s.o.HelloTimeout, err)
 	}
+	c.SetDeadline(time.Time{})
 	pos, ok := fr.(Position)
 	if !ok {
 		reason := fmt.Sprint(fr)
