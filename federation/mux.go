@@ -4,11 +4,14 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/fibril-edge/fibril/internal/preauth"
 )
 
 // The cluster port carries several protocols. A connection's first byte,
@@ -22,6 +25,20 @@ const (
 // handshakeTimeout bounds the TLS handshake and the protocol byte.
 const handshakeTimeout = 10 * time.Second
 
+// Connections that have not completed their handshake (TLS, when
+// configured, and the protocol byte) are bounded per source and in total,
+// as on the client port (internal/preauth): the oldest of the busiest
+// source makes room for a newcomer, and past half of the total limit the
+// handshake timeout shortens to pressureHandshakeTimeout. A peer node
+// completes its handshake within a few round trips, so a flood costs the
+// flooding addresses their own sockets while the cluster's own
+// connections get in.
+const (
+	maxHandshaking           = 256
+	maxHandshakingPerSource  = 64
+	pressureHandshakeTimeout = time.Second
+)
+
 // mux accepts connections on the cluster port and hands each to the
 // protocol its first byte names. The raft side is a raft.StreamLayer.
 type mux struct {
@@ -32,6 +49,8 @@ type mux struct {
 	raftc   chan net.Conn
 	control func(net.Conn)
 	replica func(net.Conn) // nil: streams refused
+	pending *preauth.Set   // connections not past their handshake
+	log     *slog.Logger
 	done    chan struct{}
 	once    sync.Once
 	wg      sync.WaitGroup
@@ -44,9 +63,11 @@ type mux struct {
 	rclosed bool
 }
 
-func newMux(ln net.Listener, advertise net.Addr, serverTLS, clientTLS *tls.Config, control, replica func(net.Conn)) *mux {
-	m := &mux{ln: ln, addr: advertise, tls: serverTLS, dialTLS: clientTLS, raftc: make(chan net.Conn),
-		control: control, replica: replica, done: make(chan struct{}), rconns: map[*raftConn]struct{}{}}
+func newMux(ln net.Listener, advertise net.Addr, serverTLS, clientTLS *tls.Config, control, replica func(net.Conn), log *slog.Logger) *mux {
+	m := &mux{ln: ln, addr: advertise, log: log, tls: serverTLS, dialTLS: clientTLS, raftc: make(chan net.Conn),
+		control: control, replica: replica, done: make(chan struct{}), rconns: map[*raftConn]struct{}{},
+		pending: preauth.New(preauth.Options{Max: maxHandshaking, PerSource: maxHandshakingPerSource,
+			Timeout: handshakeTimeout, PressureTimeout: pressureHandshakeTimeout})}
 	m.wg.Add(1)
 	go m.serve()
 	return m
@@ -59,17 +80,31 @@ func (m *mux) serve() {
 		if err != nil {
 			return
 		}
+		// The deadline is set before the handshake starts, so that a
+		// shortening under pressure is never undone.
+		a := m.pending.Add(preauth.SourceOf(c.RemoteAddr()), func(d time.Time) { c.SetDeadline(d) },
+			func() { c.Close() }, time.Now())
+		c.SetDeadline(a.Deadline)
+		if a.Evict != nil {
+			a.Evict.Evict()
+		}
+		if a.Warn {
+			m.log.Warn("too many cluster connections in their handshake; closing the oldest of the busiest source",
+				"limit", maxHandshaking, "per_source", maxHandshakingPerSource, "source", a.Evict.Source().String(),
+				"evicted_total", m.pending.Evicted())
+		}
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
-			m.route(c)
+			m.route(c, a.Entry)
 		}()
 	}
 }
 
-// route reads the protocol byte and hands the connection on.
-func (m *mux) route(c net.Conn) {
-	c.SetDeadline(time.Now().Add(handshakeTimeout))
+// route completes the handshake (TLS, then the protocol byte) and hands
+// the connection on.
+func (m *mux) route(c net.Conn, pending *preauth.Entry) {
+	defer m.pending.Done(pending)
 	if m.tls != nil {
 		c = tls.Server(c, m.tls)
 	}
@@ -78,6 +113,7 @@ func (m *mux) route(c net.Conn) {
 		c.Close()
 		return
 	}
+	m.pending.Done(pending)
 	c.SetDeadline(time.Time{})
 	switch b[0] {
 	case protoRaft:

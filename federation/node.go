@@ -151,7 +151,7 @@ func Open(o Options) (*Node, error) {
 			return nil, fmt.Errorf("federation: advertise address %q: %w", o.Advertise, err)
 		}
 	}
-	n.mux = newMux(ln, adv, o.ServerTLS, o.ClientTLS, n.serveControl, o.Replica)
+	n.mux = newMux(ln, adv, o.ServerTLS, o.ClientTLS, n.serveControl, o.Replica, n.log)
 	if err := n.startRaft(); err != nil {
 		n.mux.close()
 		store.Close()

@@ -11,7 +11,8 @@ import (
 func (c *Cluster) View() admin.ClusterView {
 	st := c.node.State()
 	leader, _ := c.node.Leader()
-	v := admin.ClusterView{NodeID: c.node.opts.ID, Leader: leader}
+	v := admin.ClusterView{NodeID: c.node.opts.ID, Leader: leader,
+		Handshaking: c.node.mux.pending.Len(), HandshakesEvicted: c.node.mux.pending.Evicted()}
 	for _, m := range st.Members {
 		v.Members = append(v.Members, admin.Member{ID: m.ID, ClusterAddr: m.ClusterAddr, ClientAddr: m.ClientAddr, Voter: m.Voter})
 	}

@@ -142,7 +142,11 @@ var (
 	descClusterMembers   = desc("fibril_cluster_members", "Members of the cluster, voters or not.")
 	descClusterIsLeader  = desc("fibril_cluster_is_leader", "1 while this node is the cluster's raft leader, else 0.")
 	descClusterHasLeader = desc("fibril_cluster_has_leader", "1 while this node knows a cluster leader, else 0.")
-	descFollowerNext     = desc("fibril_replica_follower_next",
+	descHandshaking      = desc("fibril_cluster_handshaking",
+		"Connections to this node's cluster port that have not completed their handshake (TLS and protocol byte).")
+	descHandshakesEvicted = desc("fibril_cluster_handshakes_evicted_total",
+		"Connections to the cluster port closed during their handshake to make room for newer ones (cluster port limits per source and in total).")
+	descFollowerNext = desc("fibril_replica_follower_next",
 		"Next offset a follower of a partition this node owns reports, at the boundary written (handed to its operating system) or durable (synced).",
 		"queue", "partition", "follower", "boundary")
 	descPartitionEpoch = desc("fibril_cluster_partition_epoch",
@@ -160,7 +164,8 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c clusterCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descClusterMembers, descClusterIsLeader, descClusterHasLeader, descFollowerNext, descReplicaCeiling,
+	for _, d := range []*prometheus.Desc{descClusterMembers, descClusterIsLeader, descClusterHasLeader, descHandshaking, descHandshakesEvicted,
+		descFollowerNext, descReplicaCeiling,
 		descPartitionEpoch, descPartitionRecovering, descFailoverSeconds, descFailoverTime} {
 		ch <- d
 	}
@@ -178,6 +183,8 @@ func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descClusterMembers, float64(len(v.Members)))
 	gauge(descClusterIsLeader, bool01(v.Leader != "" && v.Leader == v.NodeID))
 	gauge(descClusterHasLeader, bool01(v.Leader != ""))
+	gauge(descHandshaking, float64(v.Handshaking))
+	ch <- prometheus.MustNewConstMetric(descHandshakesEvicted, prometheus.CounterValue, float64(v.HandshakesEvicted))
 	for _, q := range v.Queues {
 		if f := q.LastFailover; f != nil {
 			gauge(descFailoverTime, float64(f.StartedAt.UnixNano())/1e9, q.Name)

@@ -148,10 +148,14 @@ func clusterLines(body []byte) []string {
 // leadership, and on owned partitions each follower's written and durable
 // progress as separate series and the ceiling where there is one.
 func TestClusterMetrics(t *testing.T) {
-	fc := &fakeCluster{view: threeNodes(), member: true}
+	v := threeNodes()
+	v.Handshaking, v.HandshakesEvicted = 3, 1036
+	fc := &fakeCluster{view: v, member: true}
 	f := newFixture(t, Options{Cluster: fc.get})
 	r := f.do("GET", "/metrics", nil).want(t, http.StatusOK, nil)
 	want := []string{
+		`fibril_cluster_handshakes_evicted_total 1036`,
+		`fibril_cluster_handshaking 3`,
 		`fibril_cluster_has_leader 1`,
 		`fibril_cluster_is_leader 1`,
 		`fibril_cluster_last_failover_seconds{queue="clicks"} 1.5`,
@@ -182,7 +186,7 @@ func TestClusterMetrics(t *testing.T) {
 
 	// A follower's view during an election: no leader known, no owned
 	// partitions, so no replica series.
-	v := threeNodes()
+	v = threeNodes()
 	v.NodeID, v.Leader = "n3", ""
 	for i := range v.Queues {
 		for j := range v.Queues[i].Partitions {
@@ -199,7 +203,8 @@ func TestClusterMetrics(t *testing.T) {
 			everyNode = append(everyNode, l)
 		}
 	}
-	want = append([]string{`fibril_cluster_has_leader 0`, `fibril_cluster_is_leader 0`, `fibril_cluster_members 3`}, everyNode...)
+	want = append([]string{`fibril_cluster_handshakes_evicted_total 0`, `fibril_cluster_handshaking 0`,
+		`fibril_cluster_has_leader 0`, `fibril_cluster_is_leader 0`, `fibril_cluster_members 3`}, everyNode...)
 	slices.Sort(want)
 	if got := clusterLines(r.body); !slices.Equal(got, want) {
 		t.Fatalf("cluster series without a leader:\ngot  %q\nwant %q", got, want)
@@ -207,7 +212,8 @@ func TestClusterMetrics(t *testing.T) {
 	v.Leader = "n1"
 	fc.set(v, true)
 	r = f.do("GET", "/metrics", nil).want(t, http.StatusOK, nil)
-	want = append([]string{`fibril_cluster_has_leader 1`, `fibril_cluster_is_leader 0`, `fibril_cluster_members 3`}, everyNode...)
+	want = append([]string{`fibril_cluster_handshakes_evicted_total 0`, `fibril_cluster_handshaking 0`,
+		`fibril_cluster_has_leader 1`, `fibril_cluster_is_leader 0`, `fibril_cluster_members 3`}, everyNode...)
 	slices.Sort(want)
 	if got := clusterLines(r.body); !slices.Equal(got, want) {
 		t.Fatalf("cluster series on a follower:\ngot  %q\nwant %q", got, want)

@@ -17,6 +17,12 @@ type ClusterView struct {
 	Leader  string         `json:"leader"` // "" while no leader is known
 	Members []Member       `json:"members"`
 	Queues  []ClusterQueue `json:"queues"`
+	// Handshaking is the connections to this node's cluster port that
+	// have not completed their handshake (TLS and protocol byte);
+	// HandshakesEvicted, how many of those were closed to make room for
+	// newer ones (a flood).
+	Handshaking       int    `json:"handshaking"`
+	HandshakesEvicted uint64 `json:"handshakes_evicted"`
 }
 
 // Member is one member of the cluster.

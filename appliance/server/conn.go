@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fibril-edge/fibril/appliance/wire"
+	"github.com/fibril-edge/fibril/internal/preauth"
 )
 
 // helloMaxFrame caps the first frame, read before the client is
@@ -41,10 +42,9 @@ type conn struct {
 	out  *outbox
 	subs map[uint32]*subscription // reader only
 
-	admitted     bool         // counted as a session; under Server.mu
-	waitingHello bool         // counted in Server.preHello; under Server.mu
-	source       netip.Prefix // what MaxPreHelloPerSource counts against; set at accept
-	shortHello   atomic.Bool  // the Hello deadline is PressureHelloTimeout
+	admitted bool           // counted as a session; under Server.mu
+	source   netip.Prefix   // what MaxPreHelloPerSource counts against; set at accept
+	pre      *preauth.Entry // in Server.preHello until the Hello is admitted; set at accept
 
 	done       chan struct{} // closed by close
 	closeOnce  sync.Once
@@ -76,7 +76,7 @@ func newConn(s *Server, nc, raw net.Conn, id uint64) *conn {
 		done:       make(chan struct{}),
 		peerBye:    make(chan struct{}),
 		writerDone: make(chan struct{}),
-		source:     sourceOf(raw.RemoteAddr()),
+		source:     preauth.SourceOf(raw.RemoteAddr()),
 	}
 	c.rc = &readClock{nc: nc, frameTimeout: s.opts.FrameTimeout}
 	c.r = wire.NewReader(c.rc, wire.Options{MaxFrame: s.opts.MaxFrame, BufferSize: preHelloBuffer})
@@ -192,7 +192,7 @@ func (c *conn) readFailed(err error, inHello bool) {
 		c.log.Debug("client closed the connection before its Hello")
 	case errors.As(err, &ne) && ne.Timeout():
 		switch {
-		case inHello && c.shortHello.Load():
+		case inHello && c.pre.Short():
 			c.s.helloTimeouts.Add(1) // a flood: counted, not logged one by one
 			c.log.Debug("no Hello within the shortened handshake timeout; closing", "timeout", c.s.opts.PressureHelloTimeout)
 		case inHello:

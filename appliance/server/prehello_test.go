@@ -43,8 +43,8 @@ func (s *testServer) waiting() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []string
-	for _, q := range s.preHello.bySource {
-		for _, c := range q {
+	for c := range s.conns {
+		if s.preHello.Holds(c.pre) {
 			out = append(out, c.raw.RemoteAddr().String())
 		}
 	}
@@ -142,10 +142,7 @@ func TestPressureShortensHelloTimeout(t *testing.T) {
 	// and completes its Hello at leisure.
 	c := dial(t, s.addr)
 	waitFor(t, "the connection to be counted", func() bool { return s.PreHello() == 1 })
-	s.mu.Lock()
-	pressure := s.preHello.pressure
-	s.mu.Unlock()
-	if pressure {
+	if s.preHello.Pressure() {
 		t.Fatal("still under pressure with one connection waiting")
 	}
 	c.send(&wire.Hello{Version: wire.Version, ClientName: t.Name()})

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/internal/preauth"
 )
 
 // ErrServerClosed is returned by Serve and ListenAndServe after Shutdown.
@@ -29,7 +30,6 @@ type Server struct {
 
 	nextSession   atomic.Uint64
 	refused       atomic.Uint64  // connections turned away by MaxConnections
-	evicted       atomic.Uint64  // pre-Hello connections closed to make room for newer ones
 	helloTimeouts atomic.Uint64  // connections closed for no Hello within their timeout
 	budget        deliveryBudget // Deliver bytes queued on every connection (budget.go)
 
@@ -37,8 +37,8 @@ type Server struct {
 	listeners map[net.Listener]struct{}
 	addr      net.Addr // the first listener's
 	conns     map[*conn]struct{}
-	sessions  int         // connections past their Hello, bounded by MaxConnections
-	preHello  preHelloSet // connections not authenticated yet, bounded by MaxPreHello (prehello.go)
+	sessions  int          // connections past their Hello, bounded by MaxConnections
+	preHello  *preauth.Set // connections not authenticated yet, bounded by MaxPreHello (prehello.go)
 	closing   bool
 	wg        sync.WaitGroup // one per connection; Add only under mu while !closing
 }
@@ -58,6 +58,7 @@ func New(b *appliance.Broker, opts Options) (*Server, error) {
 		budget:    deliveryBudget{limit: opts.DeliveryBudget, grace: opts.SlowConsumerGrace},
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*conn]struct{}),
+		preHello:  newPreHelloSet(opts),
 	}
 	for _, t := range opts.Tokens {
 		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
@@ -147,16 +148,12 @@ func (s *Server) start(nc net.Conn) {
 		raw.Close()
 		return
 	}
-	evict, deadline := s.addPreHelloLocked(c, time.Now())
-	// The Hello's deadline is set here, before the reader starts, so that
-	// a shortening under pressure (shortenHellosLocked) is never undone.
-	c.rc.fixed(deadline)
+	evict := s.addPreHello(c, time.Now())
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
 	if evict != nil {
-		evict.log.Debug("closing a connection still waiting for its Hello, to make room")
-		evict.close()
+		evict.Evict()
 	}
 	go s.serveConn(c)
 }
@@ -168,7 +165,7 @@ func (s *Server) serveConn(c *conn) {
 		s.forgetBudget(c)
 		s.mu.Lock()
 		delete(s.conns, c)
-		s.dropPreHelloLocked(c)
+		s.preHello.Done(c.pre)
 		if c.admitted {
 			s.sessions--
 		}
@@ -200,7 +197,7 @@ func (s *Server) admit(c *conn) bool {
 	}
 	s.sessions++
 	c.admitted = true
-	s.dropPreHelloLocked(c)
+	s.preHello.Done(c.pre)
 	return true
 }
 
@@ -208,15 +205,11 @@ func (s *Server) admit(c *conn) bool {
 func (s *Server) Refused() uint64 { return s.refused.Load() }
 
 // PreHello is the number of connections that have not authenticated yet.
-func (s *Server) PreHello() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.preHello.n
-}
+func (s *Server) PreHello() int { return s.preHello.Len() }
 
 // PreHelloEvicted is how many connections waiting for their Hello were
 // closed to make room under MaxPreHello or MaxPreHelloPerSource.
-func (s *Server) PreHelloEvicted() uint64 { return s.evicted.Load() }
+func (s *Server) PreHelloEvicted() uint64 { return s.preHello.Evicted() }
 
 // HelloTimeouts is how many connections were closed for sending no Hello
 // within their timeout.

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fibril-edge/fibril/appliance/admin"
+	"github.com/fibril-edge/fibril/appliance/client"
+)
+
+// TestClusterPortFloodProcess floods every node of a real three-node
+// cluster on loopback with 1,100 sockets to its cluster port that never
+// start their handshake. Each node keeps at most 64 of them waiting
+// (the limit per source), closing the oldest as newer ones come, and the
+// evictions show in /api/cluster and /metrics. With the flood's sockets
+// still open the cluster goes on: a queue declared then gets its
+// replication streams through the flood (both followers reach the
+// owner's end), and the flood adds little to a node's resident memory.
+func TestClusterPortFloodProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the fibrild binary")
+	}
+	const (
+		flood  = 1100
+		perSrc = 64 // maxHandshakingPerSource
+		// As on the client port (TestPreHelloFloodProcess): the sockets
+		// left waiting cost little; most of what grows is the accepted
+		// and closed ones' garbage.
+		rssBound = 16 << 20
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cp := startClusterProcs(t, ctx)
+	before, err := cp.procs["n1"].Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sockets []net.Conn
+	t.Cleanup(func() {
+		for _, nc := range sockets {
+			nc.Close()
+		}
+	})
+	for _, id := range cp.ids {
+		addr := clusterListen(t, cp, id)
+		for i := range flood {
+			nc, err := net.DialTimeout("tcp", addr, waitLimit)
+			if err != nil {
+				t.Fatalf("flood socket %d to %s: %v", i, id, err)
+			}
+			sockets = append(sockets, nc)
+		}
+	}
+	for _, id := range cp.ids {
+		var v admin.ClusterView
+		waitView(t, ctx, cp.procs[id].Admin, &v, func() bool { return v.HandshakesEvicted >= flood-perSrc })
+		if v.Handshaking > perSrc {
+			t.Fatalf("%s: %d connections from one address in their handshake; the limit per source is %d", id, v.Handshaking, perSrc)
+		}
+		if m := scrape(t, cp.procs[id].Admin, ""); m["fibril_cluster_handshakes_evicted_total"] < flood-perSrc {
+			t.Fatalf("%s: metrics %v: expected the flood's oldest sockets evicted", id, m)
+		}
+	}
+	during, err := cp.procs["n1"].Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// With the flood's sockets open: a queue declared now is placed on all
+	// three nodes, and its owner's streams to both followers connect.
+	c := cp.dial(t, ctx, "n1")
+	if _, err := c.DeclareQueue(ctx, client.Queue("through-the-flood").Durable()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if _, err := c.Publish(ctx, "through-the-flood", client.Message{Body: []byte("m")}); err != nil {
+			t.Fatalf("publish %d during the flood: %v", i, err)
+		}
+	}
+	caughtUp := func(v admin.ClusterView) bool {
+		for _, q := range v.Queues {
+			if q.Name != "through-the-flood" || len(q.Partitions) == 0 {
+				continue
+			}
+			p := q.Partitions[0]
+			if p.Log == nil || p.Log.WrittenNext < 20 || len(p.Followers) != 2 {
+				return false
+			}
+			for _, f := range p.Followers {
+				if p.Progress[f].WrittenNext != p.Log.WrittenNext {
+					return false
+				}
+			}
+			return true
+		}
+		return false
+	}
+	owners := 0
+	for _, id := range cp.ids {
+		var v admin.ClusterView
+		waitView(t, ctx, cp.procs[id].Admin, &v, func() bool {
+			if caughtUp(v) {
+				owners++
+				return true
+			}
+			return v.NodeID != ownerOf(v, "through-the-flood") && ownerOf(v, "through-the-flood") != ""
+		})
+	}
+	if owners != 1 {
+		t.Fatalf("%d nodes show the queue owned and both followers caught up, want 1", owners)
+	}
+	t.Logf("RSS of n1 %d KiB before the flood, %d KiB during (+%d KiB)", before.RSS>>10, during.RSS>>10, (during.RSS-before.RSS)>>10)
+	if grew := during.RSS - before.RSS; grew > rssBound {
+		t.Fatalf("the flood grew n1's RSS by %d KiB (from %d KiB), bound %d KiB", grew>>10, before.RSS>>10, rssBound>>10)
+	}
+}
+
+// clusterListen is node id's cluster port, from its arguments.
+func clusterListen(t *testing.T, cp *clusterProcs, id string) string {
+	args := cp.opts[id].Args
+	for i := range args[:len(args)-1] {
+		if args[i] == "--cluster.listen" {
+			return args[i+1]
+		}
+	}
+	t.Fatalf("no --cluster.listen for %s in %s", id, strings.Join(args, " "))
+	return ""
+}
+
+// ownerOf is the owner of queue's first partition in v, "" if v lacks it.
+func ownerOf(v admin.ClusterView, queue string) string {
+	for _, q := range v.Queues {
+		if q.Name == queue && len(q.Partitions) > 0 {
+			return q.Partitions[0].Owner
+		}
+	}
+	return ""
+}
