@@ -38,12 +38,25 @@ func serverStats(srv *server.Server) func() admin.ServerStats {
 	}
 }
 
-// startAdmin serves the admin API on cfg's [admin] listen address, with
+// listenAdmin binds the [admin] listen address; nil when the admin API
+// is off.
+func listenAdmin(c AdminConfig) (net.Listener, error) {
+	if c.Listen == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s (admin.listen): %w", c.Listen, err)
+	}
+	return ln, nil
+}
+
+// startAdmin serves the admin API on ln (listenAdmin's; nil: off), with
 // the [server] tokens (already resolved), the [admin] hosts and
 // connection limit, and HTTPS when [admin] tls_cert is set.
-func startAdmin(cfg Config, b *appliance.Broker, m *admin.Metrics, srv *server.Server, bridges func() []admin.BridgeStats,
+func startAdmin(cfg Config, ln net.Listener, b *appliance.Broker, m *admin.Metrics, srv *server.Server, bridges func() []admin.BridgeStats,
 	cluster *federation.Cluster, log *slog.Logger) (*adminServer, error) {
-	if cfg.Admin.Listen == "" {
+	if ln == nil {
 		log.Info("admin API off: [admin] listen is empty")
 		return &adminServer{}, nil
 	}
@@ -64,10 +77,6 @@ func startAdmin(cfg Config, b *appliance.Broker, m *admin.Metrics, srv *server.S
 		if tlsConfig, err = listenerTLS(cfg.Admin.TLSCert, cfg.Admin.TLSKey); err != nil {
 			return nil, fmt.Errorf("admin.tls_cert: %w", err)
 		}
-	}
-	ln, err := net.Listen("tcp", cfg.Admin.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s (admin.listen): %w", cfg.Admin.Listen, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	hs := api.HTTPServer()

@@ -58,6 +58,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	dataDir, _ := filepath.Abs(cfg.Storage.DataDir)
+	unlock, err := lockDataDir(dataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	metrics := admin.NewMetrics()
 	if faultInjection {
 		log.Warn("storage fault injection compiled in (-tags faultinject): a test build, never for production")
@@ -68,12 +73,25 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Server.Listen, err)
 	}
+	// Every listener is bound before any queue is opened: a port that is
+	// taken fails the start at once, not after a long recovery.
+	adminLn, err := listenAdmin(cfg.Admin)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	closeListeners := func() {
+		_ = ln.Close()
+		if adminLn != nil {
+			_ = adminLn.Close()
+		}
+	}
 	var cluster *federation.Cluster
 	var replication appliance.Replication
 	var logDir func(string, int) string
 	if cfg.Cluster.Enabled() {
 		if cluster, err = openCluster(cfg, ln.Addr().String(), log); err != nil {
-			_ = ln.Close()
+			closeListeners()
 			return err
 		}
 		replication, logDir = cluster, cluster.LogDir
@@ -92,7 +110,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		CheckpointDelay: time.Duration(cfg.Storage.CheckpointDelay),
 	})
 	if err != nil {
-		_ = ln.Close()
+		closeListeners()
 		return errors.Join(fmt.Errorf("open broker in %s: %w", dataDir, err), closeCluster(cluster))
 	}
 	if cluster != nil {
@@ -107,15 +125,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	srv, err := server.New(b, srvOpts)
 	if err != nil {
-		_ = ln.Close()
+		closeListeners()
 		return errors.Join(err, closeBroker(b, log), closeCluster(cluster))
 	}
 	log.Info("listening", "proto", "fibril", "addr", ln.Addr().String(), "tls", srvOpts.TLS != nil,
 		"auth", len(srvOpts.Tokens) > 0)
 	var running atomic.Pointer[runningBridges] // set once the bridges start
-	adm, err := startAdmin(cfg, b, metrics, srv, func() []admin.BridgeStats { return running.Load().stats() }, cluster, log)
+	adm, err := startAdmin(cfg, adminLn, b, metrics, srv, func() []admin.BridgeStats { return running.Load().stats() }, cluster, log)
 	if err != nil {
-		_ = ln.Close()
+		closeListeners()
 		return errors.Join(err, closeBroker(b, log), closeCluster(cluster))
 	}
 	served := make(chan error, 1)
