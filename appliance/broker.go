@@ -54,6 +54,10 @@ type Options struct {
 	// Replication, when set, gates every partition's applies on its copies
 	// (a cluster node). Default nil: a solo broker.
 	Replication Replication
+	// ProgressInterval is how often Open logs its progress while it is
+	// still recovering queues (which queue, how many of how many). Default
+	// 2 s; negative turns the progress lines off.
+	ProgressInterval time.Duration
 	// LogDir, when set, names the directory of a partition's log instead
 	// of DataDir/queues/<queue>/<partition> (a cluster node keeps the logs
 	// it owns beside its copies of other nodes', so a copy becomes the
@@ -86,6 +90,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.CheckpointDelay == 0 {
 		o.CheckpointDelay = 30 * time.Second
+	}
+	if o.ProgressInterval == 0 {
+		o.ProgressInterval = 2 * time.Second
 	}
 	return o
 }
@@ -149,7 +156,9 @@ func Open(opts Options) (*Broker, error) {
 		_ = meta.close()
 		return nil, err
 	}
+	progress := b.startProgress(len(cfgs))
 	for _, cfg := range cfgs {
+		progress.opening(cfg.Name)
 		q, err := b.openQueue(cfg)
 		if err != nil {
 			b.failed[cfg.Name] = err
@@ -158,7 +167,67 @@ func Open(opts Options) (*Broker, error) {
 		}
 		b.queues[cfg.Name] = q
 	}
+	progress.stop()
 	return b, nil
+}
+
+// openProgress logs, every ProgressInterval while Open recovers queues,
+// which queue it is on and how many it has done: a long start (a queue
+// with many unsettled messages) says what it is doing. Its goroutine owns
+// nothing; the queue being opened is handed over atomically.
+type openProgress struct {
+	current atomic.Pointer[string]
+	done    atomic.Int64
+	quit    chan struct{}
+	exited  chan struct{}
+}
+
+func (b *Broker) startProgress(total int) *openProgress {
+	p := &openProgress{quit: make(chan struct{}), exited: make(chan struct{})}
+	if b.opts.ProgressInterval < 0 || total == 0 {
+		close(p.exited)
+		return p
+	}
+	start := time.Now()
+	go func() {
+		defer close(p.exited)
+		tick := time.NewTicker(b.opts.ProgressInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-p.quit:
+				if took := time.Since(start); took >= b.opts.ProgressInterval {
+					b.log.Info("queues recovered", "queues", total, "took", took.Round(time.Millisecond))
+				}
+				return
+			case <-tick.C:
+				name := ""
+				if cur := p.current.Load(); cur != nil {
+					name = *cur
+				}
+				b.log.Info("recovering queues", "queue", name, "done", p.done.Load(), "of", total,
+					"elapsed", time.Since(start).Round(time.Second))
+			}
+		}
+	}()
+	return p
+}
+
+// opening notes that the queue before name (if any) is done.
+func (p *openProgress) opening(name string) {
+	if p.current.Load() != nil {
+		p.done.Add(1)
+	}
+	p.current.Store(&name)
+}
+
+func (p *openProgress) stop() {
+	select {
+	case <-p.exited:
+	default:
+		close(p.quit)
+		<-p.exited
+	}
 }
 
 // DeclareResult is a declare's reply.
