@@ -2,9 +2,11 @@ package admin
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,5 +93,16 @@ func TestNodeDiskRefusing(t *testing.T) {
 	}
 	if n.Version == "" {
 		t.Fatalf("no default version: %s", r.body)
+	}
+}
+
+// fibril_build_info names the version GET /api/node reports and the Go
+// release.
+func TestBuildInfoMetric(t *testing.T) {
+	f := newFixtureWith(t, appliance.Options{DataDir: t.TempDir(), FS: vfs.Default, MinFreeBytes: -1}, Options{Version: "v1.2.3-test"})
+	r := f.do("GET", "/metrics", nil).want(t, http.StatusOK, nil)
+	want := fmt.Sprintf(`fibril_build_info{goversion=%q,version="v1.2.3-test"} 1`, runtime.Version())
+	if !strings.Contains(string(r.body), want+"\n") {
+		t.Fatalf("no %s in /metrics", want)
 	}
 }

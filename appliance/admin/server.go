@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strings"
 
 	"github.com/fibril-edge/fibril/appliance"
@@ -60,6 +61,7 @@ func New(b *appliance.Broker, opts Options) (*Server, error) {
 		newStateCollector(b, opts.Metrics),
 		bridgeCollector{stats: opts.Bridges},
 		serverCollector{stats: opts.ServerStats},
+		buildInfo(opts.Version),
 	} {
 		if err := s.reg.Register(c); err != nil {
 			return nil, fmt.Errorf("admin: register metrics: %w", err)
@@ -90,6 +92,16 @@ func New(b *appliance.Broker, opts Options) (*Server, error) {
 	}
 	s.handler = s.routes()
 	return s, nil
+}
+
+// buildInfo is fibril_build_info: always 1, its labels the broker's
+// version and the Go release that built it.
+func buildInfo(version string) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fibril_build_info",
+		Help:        "Always 1; the labels name the broker's version and the Go release that built it.",
+		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()}})
+	g.Set(1)
+	return g
 }
 
 // Handler serves the API, the probes, /metrics and the UI.
