@@ -266,16 +266,40 @@ func (b *Broker) Declare(ctx context.Context, c QueueConfig) (DeclareResult, err
 		return declareResult(merged, false), nil
 	}
 	cfg := c.WithDefaults()
+	// Each partition's first segment is preallocated whole: the disk
+	// budget and the free-space watermark must have room for them before
+	// anything is created.
+	if err := b.disk.check(int64(cfg.Partitions) * b.opts.SegmentSize); err != nil {
+		return DeclareResult{}, fmt.Errorf("declare %s: %d first segments of %d bytes: %w",
+			cfg.Name, cfg.Partitions, b.opts.SegmentSize, err)
+	}
 	if err := b.meta.putQueue(cfg); err != nil {
 		return DeclareResult{}, err
 	}
 	q, err := b.openQueue(cfg)
 	if err != nil {
-		return DeclareResult{}, err
+		return DeclareResult{}, errors.Join(err, b.undoDeclare(cfg.Name))
 	}
 	b.queues[cfg.Name] = q
 	b.log.Info("queue declared", "queue", cfg.Name, "durability", cfg.Durability, "partitions", cfg.Partitions)
 	return declareResult(cfg, true), nil
+}
+
+// undoDeclare removes what a declare that failed to open its queue left:
+// its declaration and, on a solo broker, its logs (a cluster's logs are
+// the cluster's to remove). A failed declare leaves nothing behind that
+// a restart would show as a failed queue.
+func (b *Broker) undoDeclare(name string) error {
+	if err := b.meta.deleteQueue(name); err != nil {
+		return fmt.Errorf("undo the declaration of %s: %w", name, err)
+	}
+	if b.opts.LogDir != nil {
+		return nil
+	}
+	if err := b.opts.FS.RemoveAll(b.queueDir(name)); err != nil {
+		return fmt.Errorf("remove the logs of %s after its failed declare: %w", name, err)
+	}
+	return nil
 }
 
 func declareResult(c QueueConfig, created bool) DeclareResult {

@@ -17,7 +17,8 @@ func TestDiskLimitsRefuseBeforeTheDiskFills(t *testing.T) {
 		fs   func() vfs.FS
 	}{
 		{"budget", Options{DiskBudgetBytes: 256 << 10, MinFreeBytes: -1}, func() vfs.FS { return vfs.NewMem() }},
-		{"free-space watermark", Options{MinFreeBytes: 64 << 20}, func() vfs.FS {
+		// Small segments: a declare needs room for its first one.
+		{"free-space watermark", Options{MinFreeBytes: 64 << 20, SegmentSize: 64 << 10}, func() vfs.FS {
 			fs := vfs.NewMem()
 			fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 64<<20 + 100<<10, TotalBytes: 1 << 30})
 			return fs
