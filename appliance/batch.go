@@ -40,12 +40,14 @@ type publishBatch struct {
 }
 
 type pubReq struct {
+	typ  byte // recPublish or recPublishKeyed
 	rec  []byte
 	done func(wal.AppendResult, error)
 }
 
-// publish adds one encoded publish record to the partition's batch.
-func (p *partition) publish(rec []byte, done func(wal.AppendResult, error)) {
+// publish adds one encoded publish record, of type typ, to the
+// partition's batch.
+func (p *partition) publish(typ byte, rec []byte, done func(wal.AppendResult, error)) {
 	gap := p.q.b.publishGap(p.q.cfg().Durability)
 	p.batch.mu.Lock()
 	for !p.batch.closed && p.pendingFullLocked() {
@@ -56,7 +58,7 @@ func (p *partition) publish(rec []byte, done func(wal.AppendResult, error)) {
 		done(wal.AppendResult{}, ErrClosed)
 		return
 	}
-	p.batch.pending = append(p.batch.pending, pubReq{rec: rec, done: done})
+	p.batch.pending = append(p.batch.pending, pubReq{typ: typ, rec: rec, done: done})
 	p.batch.pendingSize += int64(len(rec))
 	p.batch.lastArrival = time.Now()
 	full := len(p.batch.pending) >= maxPublishBatch || p.batch.pendingSize >= p.batchBytes()
@@ -148,7 +150,7 @@ func (p *partition) flushBatches() {
 		p.batch.mu.Unlock()
 		entries := make([]wal.Entry, len(batch))
 		for i, r := range batch {
-			entries[i] = wal.Entry{Type: recPublish, Payload: r.rec}
+			entries[i] = wal.Entry{Type: r.typ, Payload: r.rec}
 		}
 		p.submit(entries, func(res wal.AppendResult, err error) {
 			for i, r := range batch {

@@ -112,7 +112,7 @@ type QueueConfig struct {
 	DeadLetter    string        `json:"DeadLetter"`    // queue that receives discarded and over-delivered messages
 	MaxDeliveries int           `json:"MaxDeliveries"` // 0: unlimited
 	AckDeadline   time.Duration `json:"AckDeadline"`   // 0: 30 s
-	MaxBytes      int64         `json:"MaxBytes"`      // 0: unlimited; counts each message's body, headers and id
+	MaxBytes      int64         `json:"MaxBytes"`      // 0: unlimited; counts each message's body, headers, id and key
 	MaxMessages   int64         `json:"MaxMessages"`   // 0: unlimited
 	Overflow      Overflow      `json:"Overflow"`
 	DedupeWindow  time.Duration `json:"DedupeWindow"` // 0: no dedupe

@@ -30,7 +30,7 @@
 //	message:  u64 offset | u32 deliveries | u64 size | i64 unix nanos | u16 len id | id
 //	dedupe:   u64 offset | i64 unix nanos | u16 len id | id
 //
-// A message's size is what it stores (body, header keys and values, id),
+// A message's size is what it stores (body, header keys and values, id, key),
 // the figure a queue's MaxBytes counts. The dedupe list is the
 // partition's remembered ids, oldest first, within the queue's dedupe
 // bounds (dedupe.go).
@@ -43,6 +43,9 @@
 //	type 4 discard       u64 offset
 //	type 5 dead-letter   u64 offset (its copy went to the dead-letter queue)
 //	type 6 expire        u64 offset (lease expired: ready again, one more delivery)
+//	type 7 marker        nothing (a new owner's first record of its epoch)
+//	type 8 keyed publish i64 unix nanos | u16 len id | id | u16 len key | key | u16 n headers | ... | body
+//	                     (a message published with a key; without one it is a type 1)
 //
 // testdata/golden holds each of these formats as this version writes them;
 // a test keeps later versions decoding them.

@@ -22,32 +22,52 @@ const (
 	// they are applied only once a record of its own epoch sits on
 	// enough copies (partition.replayHeld).
 	recMarker byte = 7
+	// recPublishKeyed is a message published with a key: a recPublish
+	// with the key after the id. The key picked the partition; it is
+	// kept so that a copy made from the record (to a dead-letter queue)
+	// is published with it and a consumer sees it. A message without a
+	// key is stored as recPublish, as before keys were kept.
+	recPublishKeyed byte = 8
 )
+
+// isPublish reports whether a record of type t is a message.
+func isPublish(t byte) bool { return t == recPublish || t == recPublishKeyed }
 
 // Header is one message header.
 type Header struct {
 	Key, Value string
 }
 
-// publishRecord is the body of a recPublish record.
+// publishRecord is the body of a recPublish or recPublishKeyed record.
 //
-//	i64 unix nanos | u16 len id | id | u16 n headers | (u16 k, u16 v)... | body
+//	recPublish       i64 unix nanos | u16 len id | id | u16 n headers | (u16 k, u16 v)... | body
+//	recPublishKeyed  i64 unix nanos | u16 len id | id | u16 len key | key | u16 n headers | ... | body
 type publishRecord struct {
 	At        time.Time
 	MessageID string
+	Key       string // "": stored as recPublish
 	Headers   []Header
 	Body      []byte
+}
+
+// recordType is the type of the record that stores p.
+func (p publishRecord) recordType() byte {
+	if p.Key != "" {
+		return recPublishKeyed
+	}
+	return recPublish
 }
 
 var errBadEvent = errors.New("appliance: malformed log event")
 
 // Limits of what a publish record holds: its lengths are u16.
 const (
-	// MaxMessageIDBytes is the longest message id, the wire protocol's
-	// string limit. The dedupe table's byte bound (QueueConfig.
+	// MaxMessageIDBytes is the longest message id (and MaxKeyBytes the
+	// longest key), the wire protocol's string limit. The dedupe table's byte bound (QueueConfig.
 	// DedupeMaxBytes) counts ids, so long ids shorten what it remembers
 	// rather than grow it.
 	MaxMessageIDBytes = math.MaxUint16
+	MaxKeyBytes       = math.MaxUint16
 	// MaxHeaders is the most headers a message carries; each key and
 	// value is at most MaxHeaderBytes.
 	MaxHeaders     = math.MaxUint16
@@ -60,6 +80,9 @@ func checkEncodable(m Message) error {
 	if len(m.ID) > MaxMessageIDBytes {
 		return fmt.Errorf("%w: message id of %d bytes (at most %d)", ErrInvalid, len(m.ID), MaxMessageIDBytes)
 	}
+	if len(m.Key) > MaxKeyBytes {
+		return fmt.Errorf("%w: key of %d bytes (at most %d)", ErrInvalid, len(m.Key), MaxKeyBytes)
+	}
 	if len(m.Headers) > MaxHeaders {
 		return fmt.Errorf("%w: %d headers (at most %d)", ErrInvalid, len(m.Headers), MaxHeaders)
 	}
@@ -71,14 +94,19 @@ func checkEncodable(m Message) error {
 	return nil
 }
 
+// encodePublish encodes p as the payload of a record of type
+// p.recordType().
 func encodePublish(p publishRecord) []byte {
-	n := 8 + 2 + len(p.MessageID) + 2 + len(p.Body)
+	n := 8 + 2 + len(p.MessageID) + 2 + len(p.Key) + 2 + len(p.Body)
 	for _, h := range p.Headers {
 		n += 4 + len(h.Key) + len(h.Value)
 	}
 	b := make([]byte, 0, n)
 	b = binary.LittleEndian.AppendUint64(b, uint64(p.At.UnixNano()))
 	b = appendString(b, p.MessageID)
+	if p.Key != "" {
+		b = appendString(b, p.Key)
+	}
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(p.Headers)))
 	for _, h := range p.Headers {
 		b = appendString(b, h.Key)
@@ -87,7 +115,9 @@ func encodePublish(p publishRecord) []byte {
 	return append(b, p.Body...)
 }
 
-func decodePublish(b []byte) (publishRecord, error) {
+// decodePublish decodes the payload of a record of type typ, which
+// isPublish.
+func decodePublish(typ byte, b []byte) (publishRecord, error) {
 	var p publishRecord
 	if len(b) < 8 {
 		return p, fmt.Errorf("publish record of %d bytes: %w", len(b), errBadEvent)
@@ -97,6 +127,14 @@ func decodePublish(b []byte) (publishRecord, error) {
 	var err error
 	if p.MessageID, b, err = readString(b); err != nil {
 		return p, err
+	}
+	if typ == recPublishKeyed {
+		if p.Key, b, err = readString(b); err != nil {
+			return p, err
+		}
+		if p.Key == "" {
+			return p, fmt.Errorf("keyed publish record with an empty key: %w", errBadEvent)
+		}
 	}
 	if len(b) < 2 {
 		return p, fmt.Errorf("publish record headers: %w", errBadEvent)

@@ -45,6 +45,13 @@ func goldenPublish() publishRecord {
 		Body:    []byte("hello")}
 }
 
+// goldenKeyedPublish is goldenPublish with a key: a recPublishKeyed.
+func goldenKeyedPublish() publishRecord {
+	p := goldenPublish()
+	p.Key = "site-7"
+	return p
+}
+
 func TestPersistedFormats(t *testing.T) {
 	for _, tc := range []struct {
 		file   string
@@ -68,8 +75,12 @@ func TestPersistedFormats(t *testing.T) {
 			goldenSnapshot()},
 		{"publish-record.hex",
 			func() ([]byte, error) { return encodePublish(goldenPublish()), nil },
-			func(b []byte) (any, error) { return decodePublish(b) },
+			func(b []byte) (any, error) { return decodePublish(recPublish, b) },
 			goldenPublish()},
+		{"publish-keyed-record.hex",
+			func() ([]byte, error) { return encodePublish(goldenKeyedPublish()), nil },
+			func(b []byte) (any, error) { return decodePublish(recPublishKeyed, b) },
+			goldenKeyedPublish()},
 		{"settle-record.hex",
 			func() ([]byte, error) { return encodeSettle(1 << 40), nil },
 			func(b []byte) (any, error) { return decodeSettle(b) },

@@ -10,17 +10,25 @@ import (
 // on damaged bytes, and what it accepts must encode back to the same
 // bytes, so nothing decodes to a value the broker would store differently.
 
-// FuzzDecodeEvents decodes arbitrary bytes as a publish record and as a
-// settle record.
+// FuzzDecodeEvents decodes arbitrary bytes as a publish record (with and
+// without a key) and as a settle record.
 func FuzzDecodeEvents(f *testing.F) {
 	f.Add(encodePublish(goldenPublish()))
+	f.Add(encodePublish(goldenKeyedPublish()))
 	f.Add(encodePublish(publishRecord{At: goldenAt}))
 	f.Add(encodeSettle(7))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if p, err := decodePublish(b); err == nil {
+		for _, typ := range []byte{recPublish, recPublishKeyed} {
+			p, err := decodePublish(typ, b)
+			if err != nil {
+				continue
+			}
+			if p.recordType() != typ {
+				t.Fatalf("%x as record type %d decodes to %+v, stored as type %d", b, typ, p, p.recordType())
+			}
 			if again := encodePublish(p); !bytes.Equal(again, b) {
-				t.Fatalf("publish record %x decodes to %+v, which encodes to %x", b, p, again)
+				t.Fatalf("publish record %x (type %d) decodes to %+v, which encodes to %x", b, typ, p, again)
 			}
 		}
 		if off, err := decodeSettle(b); err == nil {

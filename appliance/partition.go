@@ -232,10 +232,10 @@ func (p *partition) heldIDs(from, to uint64) *heldDedupe {
 			if r.Offset >= to {
 				break
 			}
-			if r.Type != recPublish {
+			if !isPublish(r.Type) {
 				continue
 			}
-			pr, err := decodePublish(r.Payload)
+			pr, err := decodePublish(r.Type, r.Payload)
 			if err != nil || pr.MessageID == "" {
 				continue
 			}
@@ -348,7 +348,7 @@ func (p *partition) runApplier() {
 		case err == nil:
 			err = p.applyPending(pa, res.First)
 		case errors.Is(err, wal.ErrNoSpace): // nothing written, the log stays healthy
-			if len(pa.entries) > 0 && pa.entries[0].Type == recPublish {
+			if len(pa.entries) > 0 && isPublish(pa.entries[0].Type) {
 				p.q.counters.rejectedDisk.Add(1)
 			}
 			err = fmt.Errorf("%w: queue %s partition %d: %w", ErrDiskFull, p.q.cfg().Name, p.idx, err)
@@ -379,7 +379,7 @@ func (p *partition) apply(first uint64, entries []wal.Entry) error {
 			target, _ := decodeSettle(e.Payload) // apply decoded it already
 			over = append(over, target)
 		case effectReady:
-			if e.Type == recPublish {
+			if isPublish(e.Type) {
 				p.rememberLocked(off)
 			}
 		}
@@ -465,7 +465,7 @@ func (p *partition) deliver(d dispatch[*Subscription]) {
 	rec, err := p.read(d.offset)
 	var pub publishRecord
 	if err == nil {
-		pub, err = decodePublish(rec.Payload)
+		pub, err = decodePublish(rec.Type, rec.Payload)
 	}
 	if _, ok := p.quarantineLive(err); err != nil && ok {
 		return
@@ -478,7 +478,7 @@ func (p *partition) deliver(d dispatch[*Subscription]) {
 	}
 	d.sub.push(Delivery{
 		Tag: d.tag, Queue: p.q.cfg().Name, Partition: p.idx, Offset: d.offset,
-		Deliveries: d.deliveries, MessageID: pub.MessageID, Headers: pub.Headers,
+		Deliveries: d.deliveries, MessageID: pub.MessageID, Key: pub.Key, Headers: pub.Headers,
 		Body: pub.Body, PublishedAt: pub.At,
 	})
 	if obs := p.q.b.opts.Observer; obs != nil {

@@ -118,14 +118,14 @@ func (q *queue) publish(m Message, now time.Time, done func(Confirm, error)) {
 			inner(c, err)
 		}
 	}
-	size := storedSize(m.ID, m.Headers, m.Body) // as the state counts it once applied
+	size := storedSize(m.ID, m.Key, m.Headers, m.Body) // as the state counts it once applied
 	reserved, err := q.makeRoom(p, size)
 	if err != nil {
 		done(Confirm{}, err)
 		return
 	}
-	rec := encodePublish(publishRecord{At: now, MessageID: m.ID, Headers: m.Headers, Body: m.Body})
-	p.publish(rec, func(res wal.AppendResult, err error) {
+	rec := publishRecord{At: now, MessageID: m.ID, Key: m.Key, Headers: m.Headers, Body: m.Body}
+	p.publish(rec.recordType(), encodePublish(rec), func(res wal.AppendResult, err error) {
 		if reserved {
 			q.admitted(1, size) // applied (or failed): the state counts it now
 		}

@@ -126,7 +126,7 @@ func (rp *replayer) apply(r wal.Record) error {
 	case eff == effectOverLimit: // r settles an earlier message: dead-letter that one
 		target, _ := decodeSettle(r.Payload) // apply decoded it already
 		rp.over = append(rp.over, target)
-	case r.Type == recPublish && cfg.DedupeWindow > 0:
+	case isPublish(r.Type) && cfg.DedupeWindow > 0:
 		if m := rp.st.msgs[r.Offset]; m != nil && m.id != "" {
 			rp.addDedupe(dedupeRecord{ID: m.id, Offset: r.Offset, At: m.at})
 		}

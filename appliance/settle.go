@@ -65,14 +65,14 @@ func (p *partition) deadLetter(offs []uint64, reason string) {
 		rec, err := p.read(off)
 		var pub publishRecord
 		if err == nil {
-			pub, err = decodePublish(rec.Payload)
+			pub, err = decodePublish(rec.Type, rec.Payload)
 		}
 		if err == nil {
 			headers := append(append([]Header(nil), pub.Headers...),
 				Header{Key: "fibril-dead-letter-reason", Value: reason},
 				Header{Key: "fibril-dead-letter-queue", Value: p.q.cfg().Name},
 				Header{Key: "fibril-dead-letter-offset", Value: fmt.Sprintf("%d/%d", p.idx, off)})
-			_, err = p.q.b.publishDeadLetter(dlq, Message{ID: pub.MessageID, Headers: headers, Body: pub.Body})
+			_, err = p.q.b.publishDeadLetter(dlq, Message{ID: pub.MessageID, Key: pub.Key, Headers: headers, Body: pub.Body})
 		}
 		if err != nil {
 			p.q.b.log.Error("dead-letter copy failed; message stays ready", "queue", p.q.cfg().Name,

@@ -615,3 +615,43 @@ func crashClone(t testing.TB, b *Broker, fs vfs.FS) vfs.FS {
 	}
 	return crashed
 }
+
+// TestDeadLetterKeepsTheMessage: a message that exhausts its deliveries
+// reaches the dead-letter queue with its id, its headers and its key (so
+// it lands on the partition its key picks there), plus why it went.
+func TestDeadLetterKeepsTheMessage(t *testing.T) {
+	ctx := testCtx(t)
+	b := openBroker(t, vfs.NewMem(), "data", Options{Logger: quietLogger()})
+	defer b.Close()
+	declare(t, ctx, b, QueueConfig{Name: "q", Partitions: 3, MaxDeliveries: 2, DeadLetter: "dead"})
+	declare(t, ctx, b, QueueConfig{Name: "dead", Partitions: 5})
+	headers := []Header{{Key: "trace", Value: "t-1"}, {Key: "site", Value: "7"}}
+	publish(t, ctx, b, "q", Message{ID: "m-1", Key: "device-42", Headers: headers, Body: []byte("poison")})
+	sub, c := subscribe(t, b, "q", 1)
+	for range 2 {
+		d := c.next(t, ctx)
+		if d.MessageID != "m-1" || d.Key != "device-42" {
+			t.Fatalf("delivery from q: id %q key %q", d.MessageID, d.Key)
+		}
+		if err := sub.Nack(true, d.Tag); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, dc := subscribe(t, b, "dead", 1)
+	dd := dc.next(t, ctx)
+	if dd.MessageID != "m-1" || dd.Key != "device-42" || string(dd.Body) != "poison" {
+		t.Fatalf("dead letter: id %q key %q body %q", dd.MessageID, dd.Key, dd.Body)
+	}
+	for _, h := range headers {
+		if got := headerValue(dd.Headers, h.Key); got != h.Value {
+			t.Fatalf("dead letter header %s = %q, want %q (headers %v)", h.Key, got, h.Value, dd.Headers)
+		}
+	}
+	if got := headerValue(dd.Headers, "fibril-dead-letter-reason"); got != "max-deliveries" {
+		t.Fatalf("dead letter reason %q (headers %v)", got, dd.Headers)
+	}
+	// The key picked the copy's partition, as it picks a publish's.
+	if c := publish(t, ctx, b, "dead", Message{Key: "device-42", Body: []byte("probe")}); c.Partition != dd.Partition {
+		t.Fatalf("dead letter on partition %d, the key picks %d", dd.Partition, c.Partition)
+	}
+}

@@ -41,11 +41,10 @@ type message struct {
 }
 
 // storedSize is what a message counts against its queue's MaxBytes and in
-// its reported bytes: the body, every header's key and value, and the id.
-// A message's Key only picks its partition and is not stored, so it does
-// not count; neither do the record's fixed framing bytes.
-func storedSize(id string, headers []Header, body []byte) int64 {
-	n := int64(len(id)) + int64(len(body))
+// its reported bytes: the body, every header's key and value, the id and
+// the key. The record's fixed framing bytes do not count.
+func storedSize(id, key string, headers []Header, body []byte) int64 {
+	n := int64(len(id)) + int64(len(key)) + int64(len(body))
 	for _, h := range headers {
 		n += int64(len(h.Key)) + int64(len(h.Value))
 	}
@@ -77,12 +76,12 @@ func (s *partitionState) apply(r wal.Record, maxDeliveries int) (applyEffect, er
 	if r.Type == recMarker {
 		return effectNone, nil
 	}
-	if r.Type == recPublish {
-		p, err := decodePublish(r.Payload)
+	if isPublish(r.Type) {
+		p, err := decodePublish(r.Type, r.Payload)
 		if err != nil {
 			return effectNone, fmt.Errorf("offset %d: %w", r.Offset, err)
 		}
-		m := &message{offset: r.Offset, size: storedSize(p.MessageID, p.Headers, p.Body), at: p.At, id: p.MessageID}
+		m := &message{offset: r.Offset, size: storedSize(p.MessageID, p.Key, p.Headers, p.Body), at: p.At, id: p.MessageID}
 		s.add(m)
 		return effectReady, nil
 	}

@@ -33,7 +33,7 @@ func TestMaxBytesCountsHeadersAndID(t *testing.T) {
 	msg := func(i int) Message {
 		return Message{ID: fmt.Sprintf("id-%04d", i), Headers: headers, Body: []byte("b")}
 	}
-	each := storedSize(msg(0).ID, headers, msg(0).Body)
+	each := storedSize(msg(0).ID, "", headers, msg(0).Body)
 	if each < 64<<10-64 || each > 64<<10+16 {
 		t.Fatalf("a message stores %d bytes, want about 64 KiB", each)
 	}
@@ -99,7 +99,7 @@ func TestStoredBytesSurviveRestart(t *testing.T) {
 	}
 	m.ID = "two" // after the snapshot: replayed from the log
 	publish(t, ctx, b, "q", m)
-	want := 2 * storedSize("one", m.Headers, m.Body)
+	want := 2 * storedSize("one", "", m.Headers, m.Body)
 	if got := info(t, b, "q").Bytes; got != want {
 		t.Fatalf("bytes before restart %d, want %d", got, want)
 	}

@@ -15,6 +15,7 @@ type Delivery struct {
 	Offset      uint64
 	Deliveries  uint32 // 1 on the first delivery
 	MessageID   string
+	Key         string // the key it was published with, if any
 	Headers     []Header
 	Body        []byte
 	PublishedAt time.Time

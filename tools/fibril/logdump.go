@@ -24,8 +24,9 @@ text, else in hex. With --json each record is one line
 {"offset","type","type_name","length","preview"}.
 
 Record types in a queue partition's log: 1 publish, 2 ack, 3 release (nack
-with requeue), 4 discard, 5 dead_letter, 6 expire. A publish payload holds
-the publish time, message ID and headers ahead of the body.
+with requeue), 4 discard, 5 dead_letter, 6 expire, 7 marker, 8
+publish_keyed. A publish payload holds the publish time, message ID (and
+for publish_keyed the key) and headers ahead of the body.
 
 Records that do not verify end the dump of their segment; they are
 reported on stderr and the exit status is 1.
@@ -35,6 +36,7 @@ reported on stderr and the exit status is 1.
 // (events.go); the log itself gives types no meaning.
 var recordTypeNames = map[byte]string{
 	1: "publish", 2: "ack", 3: "release", 4: "discard", 5: "dead_letter", 6: "expire",
+	7: "marker", 8: "publish_keyed",
 }
 
 type dumpLine struct {
