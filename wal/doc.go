@@ -46,6 +46,8 @@
 //	00000000000000000000.seg   segment, named by the offset of its first record
 //	00000000000000004096.seg   ...the last one is the active segment
 //	EPOCH                      epoch of the last Seal (absent until one)
+//	INCARNATION                the log's incarnation, and the end of its last
+//	                           clean Close (absent until the first Close)
 //	latched-cut.pending        present only after a latch: the offset to cut to
 //	<base>.seg.quarantined     a sealed segment with a corrupt header set aside
 //	                           (Quarantine): never deleted; its offsets read as
@@ -80,7 +82,9 @@
 // whose records must reach the next segment's base, zeros are damage too and
 // a bad record with nothing valid after it loses the offsets up to there. EPOCH and latched-cut.pending hold a u64 and its
 // CRC32C, and are replaced atomically (temporary file, sync, rename,
-// directory sync).
+// directory sync). INCARNATION holds two u64s (the incarnation, and the
+// clean end plus one, 0 while open) and their CRC32C, replaced the same
+// way.
 //
 // Segments are preallocated with fallocate. PreallocExtend (the default,
 // measured faster: see docs/performance.md) sets the file size to the
@@ -127,5 +131,11 @@
 //     crash left in the page cache are durable before they are published;
 //     then remove latched-cut.pending and sync the directory again.
 //  8. Publish WrittenNext = DurableNext = the end of the valid records, and
-//     the head at the first segment's base; start the writer and syncer.
+//     the head at the first segment's base.
+//  9. Settle the incarnation (incarnation.go): keep INCARNATION's if the
+//     last run closed cleanly exactly at this end with no torn tail, else
+//     start the next one (a power cut, crash or cut may have dropped
+//     offsets that were handed out, and new appends will reuse them).
+//     Write it, marked not closed cleanly, before the writer and syncer
+//     start. A clean Close writes it again with the end it closed at.
 package wal

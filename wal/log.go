@@ -57,6 +57,8 @@ type Log struct {
 	written frontier // WrittenNext: handed to the kernel
 	durable frontier // DurableNext: covered by a completed fdatasync
 	epoch   atomic.Uint64
+	// incarnation is set by Open and never changes (incarnation.go).
+	incarnation uint64
 
 	segMu sync.RWMutex // guards segs, holes and head
 	segs  []*segment   // sorted by base; the last is the active segment
@@ -306,8 +308,9 @@ func (l *Log) AdvanceHead(offset uint64) error {
 // Recovery reports what Open found and repaired.
 func (l *Log) Recovery() RecoveryReport { return l.recovery }
 
-// Close syncs everything written, stops the writer and closes the files. A
-// latched log closes without syncing; its reopen carries out the cut.
+// Close syncs everything written, stops the writer and closes the files,
+// recording the clean close so that the next Open keeps the incarnation.
+// A latched log closes without syncing; its reopen carries out the cut.
 func (l *Log) Close() error {
 	l.closeOnce.Do(func() {
 		close(l.closing)
@@ -316,6 +319,9 @@ func (l *Log) Close() error {
 		l.closeErr = <-reply
 		<-l.done
 		<-l.scrubDone
+		if end := l.durable.load(); l.closeErr == nil && end == l.written.load() {
+			l.closeErr = l.closeIncarnation(end)
+		}
 		l.closeFiles()
 	})
 	return l.closeErr

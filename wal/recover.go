@@ -46,7 +46,11 @@ type RecoveryReport struct {
 	Corrupt []*CorruptionError
 	// Quarantined lists the holes left by quarantined segments.
 	Quarantined []Hole
-	Duration    time.Duration
+	// Incarnation is the log's incarnation after Open; NewIncarnation is
+	// true when this Open started it (incarnation.go).
+	Incarnation    uint64
+	NewIncarnation bool
+	Duration       time.Duration
 }
 
 const lockName = "LOCK"
@@ -85,7 +89,10 @@ func Open(dir string, opts Options) (*Log, error) {
 
 		scrubDone: make(chan struct{}),
 	}
-	active, pos, err := l.recover()
+	active, pos, existed, err := l.recover()
+	if err == nil {
+		err = l.openIncarnation(existed) // step 9
+	}
 	if err != nil {
 		for _, s := range l.segs {
 			s.release()
@@ -122,13 +129,13 @@ func Open(dir string, opts Options) (*Log, error) {
 }
 
 // recover runs steps 2 to 8 and returns the active segment and its write
-// position.
-func (l *Log) recover() (*segment, int64, error) {
+// position, and whether the directory held segments before it ran.
+func (l *Log) recover() (*segment, int64, bool, error) {
 	fs, rep := l.fs, &l.recovery
 	// Step 2: list segments, drop temporaries, read the epoch.
 	names, err := fs.List(l.dir)
 	if err != nil {
-		return nil, 0, fmt.Errorf("wal: list %s: %w", l.dir, err)
+		return nil, 0, false, fmt.Errorf("wal: list %s: %w", l.dir, err)
 	}
 	var bases, quarantined []uint64
 	for _, name := range names {
@@ -138,21 +145,22 @@ func (l *Log) recover() (*segment, int64, error) {
 			quarantined = append(quarantined, base)
 		} else if strings.HasSuffix(name, tmpSuffix) {
 			if err := fs.Remove(fs.PathJoin(l.dir, name)); err != nil {
-				return nil, 0, fmt.Errorf("wal: remove leftover %s: %w", name, err)
+				return nil, 0, false, fmt.Errorf("wal: remove leftover %s: %w", name, err)
 			}
 		}
 	}
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
+	existed := len(bases) > 0 || len(quarantined) > 0
 	epoch, err := readEpoch(fs, l.dir)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	l.epoch.Store(epoch)
 
 	// Step 3: a pending latched cut removes the segments past its offset.
 	cutTo, hasCut, err := readCutMarker(fs, l.dir)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	limit := ^uint64(0)
 	if hasCut {
@@ -162,13 +170,13 @@ func (l *Log) recover() (*segment, int64, error) {
 		keep := sort.Search(len(bases), func(i int) bool { return bases[i] > cutTo })
 		for _, base := range bases[keep:] {
 			if err := fs.Remove(fs.PathJoin(l.dir, segmentName(base))); err != nil {
-				return nil, 0, fmt.Errorf("wal: cut segment %d: %w", base, err)
+				return nil, 0, false, fmt.Errorf("wal: cut segment %d: %w", base, err)
 			}
 			rep.RemovedSegments = append(rep.RemovedSegments, base)
 		}
 		bases = bases[:keep]
 		if err := l.dirFile.Sync(); err != nil {
-			return nil, 0, fmt.Errorf("wal: sync directory after cut: %w", err)
+			return nil, 0, false, fmt.Errorf("wal: sync directory after cut: %w", err)
 		}
 	}
 
@@ -180,24 +188,24 @@ func (l *Log) recover() (*segment, int64, error) {
 		}
 		seg, err := l.createSegment(base)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, false, err
 		}
 		if err := l.syncNewSegment(seg); err != nil {
 			seg.release()
-			return nil, 0, err
+			return nil, 0, false, err
 		}
 		l.segs, l.head = []*segment{seg}, base
 		l.written.v.Store(base)
 		l.durable.v.Store(base)
 		rep.Segments, rep.ActiveSegment, rep.End = 1, base, base
-		return seg, segmentHeaderSize, l.removeCutMarker(hasCut)
+		return seg, segmentHeaderSize, existed, l.removeCutMarker(hasCut)
 	}
 
 	// Step 4: open the sealed segments and check their headers.
 	for i, base := range bases[:len(bases)-1] {
 		seg, err := l.openSealed(base, nextBase(base, bases[i+1], quarantined))
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, false, err
 		}
 		l.segs = append(l.segs, seg)
 	}
@@ -215,7 +223,7 @@ func (l *Log) recover() (*segment, int64, error) {
 	base := bases[len(bases)-1]
 	active, pos, end, err := l.recoverActive(base, limit)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	l.segs = append(l.segs, active)
 
@@ -229,7 +237,7 @@ func (l *Log) recover() (*segment, int64, error) {
 		l.opts.Logger.Warn("wal: recovery cut the log", "dir", l.dir, "end", end,
 			"stop", rep.Stop, "cut_bytes", rep.CutBytes, "latched_cut", rep.LatchedCut)
 	}
-	return active, pos, l.removeCutMarker(hasCut)
+	return active, pos, existed, l.removeCutMarker(hasCut)
 }
 
 func (l *Log) openSealed(base, next uint64) (*segment, error) {
