@@ -7,6 +7,9 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"syscall"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Incarnation. An offset names one record only within an incarnation of
@@ -83,8 +86,33 @@ func (l *Log) readIncarnation() (incarnationState, bool, error) {
 	return s, err == nil, err
 }
 
+// writeIncarnation replaces INCARNATION atomically. On a full disk, where
+// the replacement cannot be created, it overwrites the file in place
+// instead: that allocates nothing (the file keeps its 20 bytes), and one
+// write that small, inside one sector, lands whole or not at all. So a log
+// on a full disk still opens and closes.
 func (l *Log) writeIncarnation(s incarnationState) error {
-	return writeSynced(l.fs, l.dirFile, l.dir, incarnationName, encodeIncarnation(s))
+	b := encodeIncarnation(s)
+	err := writeSynced(l.fs, l.dirFile, l.dir, incarnationName, b)
+	if !errors.Is(err, syscall.ENOSPC) {
+		return err
+	}
+	_ = l.fs.Remove(l.fs.PathJoin(l.dir, incarnationName+tmpSuffix))
+	f, oerr := l.fs.OpenReadWrite(l.fs.PathJoin(l.dir, incarnationName), vfs.WriteCategoryUnspecified)
+	if oerr != nil {
+		return err // none to overwrite (a new log's first Close): the next Open starts a new incarnation
+	}
+	_, werr := f.WriteAt(b, 0)
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return fmt.Errorf("wal: overwrite %s on a full disk: %w", incarnationName, werr)
+	}
+	return nil
 }
 
 // nextIncarnation is the incarnation an Open starts, and whether it is a

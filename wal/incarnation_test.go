@@ -3,9 +3,12 @@ package wal
 import (
 	"bytes"
 	"log/slog"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 var incarnationOpts = Options{BackgroundSyncInterval: -1, SyncBytesThreshold: -1, TailCacheBytes: 64 << 10,
@@ -172,5 +175,37 @@ func TestIncarnationFile(t *testing.T) {
 	}
 	if _, err := decodeIncarnation(b[:12]); err == nil {
 		t.Fatal("a short file went unnoticed")
+	}
+}
+
+// TestIncarnationOnAFullDisk: with no room for a new file, a log still
+// opens and closes, and keeps or starts its incarnation as it would with
+// room: INCARNATION is overwritten in place.
+func TestIncarnationOnAFullDisk(t *testing.T) {
+	const dir = "log"
+	var full atomic.Bool
+	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if full.Load() && op.Kind == errorfs.OpCreate {
+			return syscall.ENOSPC
+		}
+		return nil
+	}))
+	l := mustOpen(t, fs, dir, incarnationOpts)
+	if _, err := l.Append(testCtx(t), entries(0, 3, 50), AfterFsync); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, l)
+	full.Store(true)
+	l = mustOpen(t, fs, dir, incarnationOpts)
+	if got := l.Incarnation(); got != 0 || l.Recovery().NewIncarnation {
+		t.Fatalf("after a clean close, on a full disk: incarnation %d (new %v), want 0", got, l.Recovery().NewIncarnation)
+	}
+	l.crashForTest()
+	for _, want := range []uint64{1, 1} { // the crash starts one; the clean close before the second open keeps it
+		l = mustOpen(t, fs, dir, incarnationOpts)
+		if got := l.Incarnation(); got != want {
+			t.Fatalf("on a full disk: incarnation %d, want %d", got, want)
+		}
+		mustClose(t, l)
 	}
 }
