@@ -477,7 +477,7 @@ func (p *partition) deliver(d dispatch[*Subscription]) {
 		return
 	}
 	d.sub.push(Delivery{
-		Tag: d.tag, Queue: p.q.cfg().Name, Partition: p.idx, Offset: d.offset,
+		Tag: d.tag, Queue: p.q.cfg().Name, Partition: p.idx, Offset: d.offset, Incarnation: p.log.Incarnation(),
 		Deliveries: d.deliveries, MessageID: pub.MessageID, Key: pub.Key, Headers: pub.Headers,
 		Body: pub.Body, PublishedAt: pub.At,
 	})

@@ -9,10 +9,14 @@ import (
 // Delivery is one message handed to a subscription. Its Tag settles it, on
 // this subscription only.
 type Delivery struct {
-	Tag         uint64
-	Queue       string
-	Partition   int
-	Offset      uint64
+	Tag       uint64
+	Queue     string
+	Partition int
+	Offset    uint64
+	// Incarnation is the partition log's incarnation (wal.Log.Incarnation):
+	// it changes whenever the log may have been cut back below offsets it
+	// had delivered, after which new messages reuse those offsets.
+	Incarnation uint64
 	Deliveries  uint32 // 1 on the first delivery
 	MessageID   string
 	Key         string // the key it was published with, if any

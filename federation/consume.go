@@ -84,7 +84,8 @@ func (p *proxyConsumer) handle(_ context.Context, d *client.Delivery) error {
 		headers[i] = appliance.Header{Key: h.Key, Value: h.Value}
 	}
 	p.deliver(appliance.Delivery{Tag: tag, Queue: d.Queue, Partition: d.Partition, Offset: d.Offset,
-		Deliveries: uint32(d.Deliveries), MessageID: d.ID, Headers: headers, Body: d.Body})
+		Incarnation: d.Incarnation, Deliveries: uint32(d.Deliveries), MessageID: d.ID, Key: d.Key,
+		Headers: headers, Body: d.Body})
 	return nil
 }
 

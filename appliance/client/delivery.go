@@ -11,14 +11,22 @@ import (
 // lease runs for the queue's ack deadline; past that the broker
 // redelivers the message and the tag is stale.
 type Delivery struct {
-	Queue      string
-	ID         string // the Message.ID it was published with
-	Headers    []Header
-	Body       []byte
-	Partition  int    // from 0
-	Offset     uint64 // in the partition's log; increasing within a partition
-	Deliveries int    // 1 on the first delivery, then 2, 3, …
-	Tag        uint64 // the broker's delivery tag, valid on this connection only
+	Queue     string
+	ID        string // the Message.ID it was published with
+	Key       string // the Message.Key it was published with ("" from a broker of protocol version 1)
+	Headers   []Header
+	Body      []byte
+	Partition int    // from 0
+	Offset    uint64 // in the partition's log; increasing within a partition
+	// Incarnation is the partition log's incarnation: it changes whenever
+	// the broker's log may have been cut back below offsets it had
+	// delivered (a power cut of a buffered queue, a crash), after which
+	// new messages reuse those offsets. Partition, Offset and Incarnation
+	// together name one message; a consumer that deduplicates should use
+	// the message's own ID. 0 from a broker of protocol version 1.
+	Incarnation uint64
+	Deliveries  int    // 1 on the first delivery, then 2, 3, …
+	Tag         uint64 // the broker's delivery tag, valid on this connection only
 
 	consumer *Consumer
 	conn     *conn // the connection it arrived on

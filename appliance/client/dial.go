@@ -139,12 +139,14 @@ func (c *Client) handshake(ctx context.Context, addr string, nc net.Conn) (*conn
 	default:
 		return nil, fmt.Errorf("client: hello to %s: unexpected %s frame", addr, f.Type())
 	}
-	if ok.Version != wire.Version {
-		w.WriteFrame(&wire.Goodbye{Reason: fmt.Sprintf("client speaks version %d only", wire.Version)})
+	if ok.Version < wire.MinVersion || ok.Version > wire.Version {
+		w.WriteFrame(&wire.Goodbye{Reason: fmt.Sprintf("client speaks versions %d to %d", wire.MinVersion, wire.Version)})
 		w.Flush()
 		return nil, fmt.Errorf("client: hello to %s: %w", addr, &Error{Code: wire.CodeUnsupportedVersion,
-			Message: fmt.Sprintf("broker chose version %d; this client speaks %d", ok.Version, wire.Version)})
+			Message: fmt.Sprintf("broker chose version %d; this client speaks %d to %d", ok.Version, wire.MinVersion, wire.Version)})
 	}
+	r.SetVersion(ok.Version)
+	w.SetVersion(ok.Version)
 	if ok.MaxFrame != 0 {
 		r.SetMaxFrame(int(ok.MaxFrame))
 		w.SetMaxFrame(int(ok.MaxFrame))

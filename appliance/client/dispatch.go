@@ -17,16 +17,18 @@ import (
 // broker sends at most the prefetch window of unsettled deliveries.
 func (s *Consumer) push(cn *conn, f *wire.Deliver) {
 	d := &Delivery{
-		Queue:      s.queue,
-		ID:         f.MessageID,
-		Headers:    f.Headers,
-		Body:       f.Body,
-		Partition:  int(f.Partition),
-		Offset:     f.Offset,
-		Deliveries: int(f.Deliveries),
-		Tag:        f.Tag,
-		consumer:   s,
-		conn:       cn,
+		Queue:       s.queue,
+		ID:          f.MessageID,
+		Key:         f.Key,
+		Headers:     f.Headers,
+		Body:        f.Body,
+		Partition:   int(f.Partition),
+		Offset:      f.Offset,
+		Incarnation: f.Incarnation,
+		Deliveries:  int(f.Deliveries),
+		Tag:         f.Tag,
+		consumer:    s,
+		conn:        cn,
 	}
 	s.mu.Lock()
 	if s.state != subActive || s.conn != cn {

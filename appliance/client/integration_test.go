@@ -149,6 +149,9 @@ func roundTrip(t *testing.T, ctx context.Context, b *appliance.Broker, c *client
 		if h, _ := d.Header("i"); h != d.ID {
 			t.Fatalf("delivery %d has header i=%q", i, h)
 		}
+		if want := fmt.Sprint("key-", i%keys); d.Key != want {
+			t.Fatalf("delivery %d has key %q, want %q", i, d.Key, want)
+		}
 		if seen[i] || d.Deliveries != 1 {
 			t.Fatalf("message %d delivered again (delivery %d)", i, d.Deliveries)
 		}

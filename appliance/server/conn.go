@@ -21,7 +21,7 @@ import (
 const helloMaxFrame = 1 + 2 + 2*(2+1<<16)
 
 // minVersion is the lowest protocol version the server speaks.
-const minVersion = 1
+const minVersion = wire.MinVersion
 
 // defaultLinger is how long a connection whose last frame went out stays
 // open for the peer to close its side, and how long a shutdown waits for
@@ -149,6 +149,7 @@ func (c *conn) hello(f wire.Frame, err error) bool {
 		return false
 	}
 	c.r.SetMaxFrame(c.s.opts.MaxFrame)
+	c.r.SetVersion(min(h.Version, wire.Version))
 	c.push(&wire.HelloOK{
 		Version:         min(h.Version, wire.Version),
 		ServerName:      c.s.opts.ServerName,

@@ -18,7 +18,7 @@ func TestHello(t *testing.T) {
 		if !isOK {
 			t.Fatal("want HelloOK")
 		}
-		if ok.Version != 1 || ok.ServerName != "edge-test" || ok.MaxFrame != wire.DefaultMaxFrame ||
+		if ok.Version != wire.Version || ok.ServerName != "edge-test" || ok.MaxFrame != wire.DefaultMaxFrame ||
 			ok.HeartbeatMillis != 5000 || ok.SessionID == 0 {
 			t.Fatalf("HelloOK %+v", ok)
 		}
@@ -31,8 +31,8 @@ func TestHello(t *testing.T) {
 	t.Run("newer client version", func(t *testing.T) {
 		c := dial(t, ts.addr)
 		c.send(&wire.Hello{Version: 7, Token: "alpha"})
-		if ok := c.read().(*wire.HelloOK); ok.Version != 1 {
-			t.Fatalf("negotiated version %d, want 1", ok.Version)
+		if ok := c.read().(*wire.HelloOK); ok.Version != wire.Version {
+			t.Fatalf("negotiated version %d, want %d", ok.Version, wire.Version)
 		}
 	})
 	t.Run("sessions differ", func(t *testing.T) {

@@ -53,6 +53,12 @@ func startServerOn(t *testing.T, opts Options, wrap func(net.Listener) net.Liste
 	if err != nil {
 		t.Fatalf("open broker: %v", err)
 	}
+	return serveBroker(t, b, opts, wrap)
+}
+
+// serveBroker runs a server for b, which cleanup closes after the server.
+func serveBroker(t *testing.T, b *appliance.Broker, opts Options, wrap func(net.Listener) net.Listener) *testServer {
+	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = testLogger()
 	}

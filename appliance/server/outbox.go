@@ -193,11 +193,7 @@ func (o *outbox) end() {
 // frameSize estimates a frame's encoded size for the outbox limits.
 func frameSize(f wire.Frame) int {
 	if d, ok := f.(*wire.Deliver); ok {
-		n := 40 + len(d.MessageID) + len(d.Body)
-		for _, h := range d.Headers {
-			n += 4 + len(h.Key) + len(h.Value)
-		}
-		return n
+		return 4 + d.FrameLen()
 	}
 	return 64
 }

@@ -33,10 +33,10 @@ func (s *subscription) deliver(d appliance.Delivery) {
 		return
 	}
 	f := &wire.Deliver{
-		SubID: s.id, Tag: d.Tag, Partition: uint16(d.Partition), Offset: d.Offset, Deliveries: d.Deliveries,
-		MessageID: d.MessageID, Headers: fromHeaders(d.Headers), Body: d.Body,
+		SubID: s.id, Tag: d.Tag, Partition: uint16(d.Partition), Offset: d.Offset, Incarnation: d.Incarnation,
+		Deliveries: d.Deliveries, MessageID: d.MessageID, Key: d.Key, Headers: fromHeaders(d.Headers), Body: d.Body,
 	}
-	if n := deliverLen(f); n > s.c.s.opts.MaxFrame {
+	if n := f.FrameLen(); n > s.c.s.opts.MaxFrame {
 		// Publishes that would not fit are refused, but a dead-letter copy
 		// gains headers. Discard it rather than lease it forever.
 		s.c.log.Error("message does not fit a Deliver frame; discarding it", "queue", d.Queue,
@@ -60,14 +60,4 @@ func (s *subscription) end() {
 	if sub != nil {
 		sub.Close()
 	}
-}
-
-// deliverLen is f's frame length, as wire.DeliverLen computes it for the
-// publish that carried the message.
-func deliverLen(f *wire.Deliver) int {
-	n := 1 + 34 + len(f.MessageID) + len(f.Body)
-	for _, h := range f.Headers {
-		n += 4 + len(h.Key) + len(h.Value)
-	}
-	return n
 }

@@ -61,9 +61,12 @@ func (c *conn) runWriter() {
 				if f.frame != nil && !c.write(w, f.frame) {
 					return
 				}
-				if _, ok := f.frame.(*wire.HelloOK); ok && hb > 0 {
-					tick = time.NewTimer(hb)
-					tickC = tick.C
+				if ok, isOK := f.frame.(*wire.HelloOK); isOK {
+					w.SetVersion(ok.Version) // the frames after it are in that version's layout
+					if hb > 0 {
+						tick = time.NewTimer(hb)
+						tickC = tick.C
+					}
 				}
 				if f.closing {
 					if c.flush(w) {

@@ -17,7 +17,7 @@ const (
 // frameSpec is one row of the decoder table.
 type frameSpec struct {
 	name    string
-	minBody int  // the body of the zero-valued frame
+	minBody int  // the body of the zero-valued frame, in the newest version
 	fixed   bool // every body is exactly minBody bytes
 	decode  func(d decoder) (Frame, error)
 }
@@ -39,21 +39,33 @@ var specs = [256]frameSpec{
 	TypeUnsubscribe:  {"Unsubscribe", 8 + 4, true, decodeUnsubscribe},
 	TypeUnsubscribed: {"Unsubscribed", 8 + 4, true, decodeUnsubscribed},
 	TypeCredit:       {"Credit", 4 + 4, true, decodeCredit},
-	TypeDeliver:      {"Deliver", 4 + 8 + 2 + 8 + 4 + 2 + 2 + 4, false, decodeDeliver},
+	TypeDeliver:      {"Deliver", 4 + 8 + 2 + 8 + 8 + 4 + 2 + 2 + 2 + 4, false, decodeDeliver},
 	TypeAck:          {"Ack", 4 + 4, false, decodeAck},
 	TypeNack:         {"Nack", 4 + 4 + 1, false, decodeNack},
 	TypeSettleError:  {"SettleError", 4 + 8 + 2 + 2, false, decodeSettleError},
 }
 
-// checkBodyLen rejects a body length the frame type can never have, before
-// the body is read.
-func checkBodyLen(t FrameType, n int) error {
+// deliverV2Bytes is what version 2 added to the zero Deliver: Incarnation
+// (u64) and an empty Key (u16).
+const deliverV2Bytes = 8 + 2
+
+// minBody is the body of the zero-valued frame of type t in version v.
+func minBody(t FrameType, v uint16) int {
+	if t == TypeDeliver && v < 2 {
+		return specs[t].minBody - deliverV2Bytes
+	}
+	return specs[t].minBody
+}
+
+// checkBodyLen rejects a body length the frame type can never have in
+// version v, before the body is read.
+func checkBodyLen(t FrameType, n int, v uint16) error {
 	s := &specs[t]
 	if s.decode == nil {
-		return &FrameError{Type: t, Offset: -1, Reason: fmt.Sprintf("not a frame type of protocol version %d", Version), Err: ErrUnknownFrame}
+		return &FrameError{Type: t, Offset: -1, Reason: fmt.Sprintf("not a frame type of protocol version %d", v), Err: ErrUnknownFrame}
 	}
-	if n < s.minBody {
-		return malformed(t, "", -1, fmt.Sprintf("body of %d bytes is below the minimum of %d", n, s.minBody))
+	if m := minBody(t, v); n < m {
+		return malformed(t, "", -1, fmt.Sprintf("body of %d bytes is below the minimum of %d", n, m))
 	}
 	if s.fixed && n != s.minBody {
 		return malformed(t, "", -1, fmt.Sprintf("body of %d bytes, want exactly %d", n, s.minBody))
@@ -61,37 +73,42 @@ func checkBodyLen(t FrameType, n int) error {
 	return nil
 }
 
-// Decode decodes the body of a frame of type t. The frame copies what it
-// keeps, so body may be reused after the call.
-func Decode(t FrameType, body []byte) (Frame, error) { return decode(t, body, false) }
+// Decode decodes the body of a frame of type t, in the newest version's
+// layout. The frame copies what it keeps, so body may be reused after the
+// call.
+func Decode(t FrameType, body []byte) (Frame, error) { return decode(t, body, false, Version) }
 
-// decode decodes a body; with alias set, byte-slice fields point into body
-// instead of copying it.
-func decode(t FrameType, body []byte, alias bool) (Frame, error) {
-	if err := checkBodyLen(t, len(body)); err != nil {
+// decode decodes a body in version v's layout; with alias set, byte-slice
+// fields point into body instead of copying it.
+func decode(t FrameType, body []byte, alias bool, v uint16) (Frame, error) {
+	if err := checkBodyLen(t, len(body), v); err != nil {
 		return nil, err
 	}
-	f, err := specs[t].decode(decoder{typ: t, body: body, alias: alias})
+	f, err := specs[t].decode(decoder{typ: t, version: v, body: body, alias: alias})
 	if err != nil {
 		return nil, err
 	}
 	return f, nil
 }
 
-// AppendFrame validates f and appends it, length and type included, to dst.
-// It refuses a frame longer than MaxFrameLimit; a Writer also applies the
-// peer's limit.
+// AppendFrame validates f and appends it, length and type included, to dst,
+// in the newest version's layout. It refuses a frame longer than
+// MaxFrameLimit; a Writer also applies the peer's limit and its version.
 func AppendFrame(dst []byte, f Frame) ([]byte, error) {
-	return appendFrame(dst, f, MaxFrameLimit)
+	return appendFrame(dst, f, MaxFrameLimit, Version)
 }
 
-func appendFrame(dst []byte, f Frame, maxFrame int) ([]byte, error) {
+func appendFrame(dst []byte, f Frame, maxFrame int, v uint16) ([]byte, error) {
 	if err := f.Validate(); err != nil {
 		return dst, err
 	}
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0, byte(f.Type()))
-	dst = f.AppendBody(dst)
+	if vf, ok := f.(versionedFrame); ok {
+		dst = vf.appendBodyVersion(dst, v)
+	} else {
+		dst = f.AppendBody(dst)
+	}
 	n := len(dst) - start - lengthSize
 	if n > maxFrame {
 		return dst[:start], &FrameError{Type: f.Type(), Offset: -1, Err: ErrFrameTooLarge,
@@ -158,10 +175,20 @@ func headersLen(hs []Header) int {
 }
 
 // DeliverLen is the frame length (type byte and body) of the Deliver that
-// would carry p's message. A server refuses with CodeTooLarge a publish
-// whose DeliverLen exceeds the MaxFrame it announced, so that it never has
-// to send a frame larger than that.
+// would carry p's message, in the newest version (the longest). A server
+// refuses with CodeTooLarge a publish whose DeliverLen exceeds the
+// MaxFrame it announced, so that it never has to send a frame larger than
+// that.
 func DeliverLen(p *Publish) int {
-	// minBody counts the empty headers field, headersLen the whole one.
-	return 1 + specs[TypeDeliver].minBody - 2 + len(p.MessageID) + headersLen(p.Headers) + len(p.Body)
+	return deliverLen(p.MessageID, p.Key, p.Headers, len(p.Body))
 }
+
+// deliverLen is the frame length of a version 2 Deliver.
+func deliverLen(id, key string, hs []Header, body int) int {
+	// minBody counts the empty headers field, headersLen the whole one.
+	return 1 + specs[TypeDeliver].minBody - 2 + len(id) + len(key) + headersLen(hs) + body
+}
+
+// FrameLen is the frame length (type byte and body) of f in the newest
+// version's layout.
+func (f *Deliver) FrameLen() int { return deliverLen(f.MessageID, f.Key, f.Headers, len(f.Body)) }

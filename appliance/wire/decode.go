@@ -9,11 +9,12 @@ import (
 // decoder reads a body front to back. The first failure sticks: later reads
 // return zero values, and finish reports it.
 type decoder struct {
-	typ   FrameType
-	body  []byte
-	off   int
-	alias bool
-	err   *FrameError
+	typ     FrameType
+	version uint16 // the protocol version whose layout the body has
+	body    []byte
+	off     int
+	alias   bool
+	err     *FrameError
 }
 
 func (d *decoder) fail(field string, offset int, reason string) {

@@ -27,6 +27,13 @@
 // Text fields (names, messages, header keys) must be valid UTF-8; opaque
 // fields (Token, MessageID, Key, header values, Body) may hold any bytes.
 //
+// # Versions
+//
+// Versions 1 and 2 differ in one frame: a version 2 Deliver adds
+// Incarnation after Offset and Key after MessageID. A Reader and a Writer
+// use version 2's layout until SetVersion gives them the version HelloOK
+// settled for the connection (Hello and HelloOK are the same in both).
+//
 // # Invariants
 //
 //   - Decoding is strict: every length is checked against the bytes that

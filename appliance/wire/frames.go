@@ -2,13 +2,19 @@ package wire
 
 import "fmt"
 
-// Version is the protocol version this package speaks.
-const Version uint16 = 1
+// Version is the newest protocol version this package speaks, MinVersion
+// the oldest. Version 2 adds Incarnation and Key to Deliver; every other
+// frame is the same in both. A Reader and a Writer use Version until told
+// the version a connection settled on (SetVersion).
+const (
+	Version    uint16 = 2
+	MinVersion uint16 = 1
+)
 
 // FrameType is the byte after a frame's length.
 type FrameType uint8
 
-// Frame types of version 1. 0x0_ is the session, 0x1_ declaring,
+// Frame types of versions 1 and 2. 0x0_ is the session, 0x1_ declaring,
 // 0x2_ publishing, 0x3_ consuming. Type 0 is never valid.
 const (
 	TypeHello        FrameType = 0x01 // client → server, first frame
@@ -53,6 +59,14 @@ type Frame interface {
 	// that cannot be encoded or that the peer would reject: a string over
 	// MaxStringLen bytes, text that is not UTF-8, an invalid enum value.
 	Validate() error
+}
+
+// versionedFrame is a frame whose body differs between protocol versions.
+// Its AppendBody writes the newest; appendBodyVersion writes version v's,
+// leaving out the fields v does not have.
+type versionedFrame interface {
+	Frame
+	appendBodyVersion(dst []byte, v uint16) []byte
 }
 
 // Header is one message header. Key is text; Value is opaque.

@@ -117,26 +117,41 @@ func decodeCredit(d decoder) (Frame, error) {
 }
 
 // Deliver hands one message to a subscription under a delivery tag.
+// Incarnation and Key are fields of version 2: a version 1 Deliver has
+// neither (they decode as 0 and "", and are left out when encoding it).
 type Deliver struct {
-	SubID      uint32
-	Tag        uint64 // never 0; settles this delivery, on this subscription and connection only
-	Partition  uint16
-	Offset     uint64
-	Deliveries uint32 // 1 on the first delivery
-	MessageID  string // opaque
-	Headers    []Header
-	Body       []byte
+	SubID     uint32
+	Tag       uint64 // never 0; settles this delivery, on this subscription and connection only
+	Partition uint16
+	Offset    uint64
+	// Incarnation is the partition log's incarnation: it changes whenever
+	// the log may have been cut back below offsets it had delivered, so
+	// that (Partition, Offset, Incarnation) names one message.
+	Incarnation uint64
+	Deliveries  uint32 // 1 on the first delivery
+	MessageID   string // opaque
+	Key         string // opaque; the key it was published with
+	Headers     []Header
+	Body        []byte
 }
 
 func (*Deliver) Type() FrameType { return TypeDeliver }
 
-func (f *Deliver) AppendBody(b []byte) []byte {
+func (f *Deliver) AppendBody(b []byte) []byte { return f.appendBodyVersion(b, Version) }
+
+func (f *Deliver) appendBodyVersion(b []byte, v uint16) []byte {
 	b = appendU32(b, f.SubID)
 	b = appendU64(b, f.Tag)
 	b = appendU16(b, f.Partition)
 	b = appendU64(b, f.Offset)
+	if v >= 2 {
+		b = appendU64(b, f.Incarnation)
+	}
 	b = appendU32(b, f.Deliveries)
 	b = appendString(b, f.MessageID)
+	if v >= 2 {
+		b = appendString(b, f.Key)
+	}
 	b = appendHeaders(b, f.Headers)
 	return appendBytes(b, f.Body)
 }
@@ -144,22 +159,24 @@ func (f *Deliver) AppendBody(b []byte) []byte {
 func (f *Deliver) Validate() error {
 	v := validator{typ: TypeDeliver}
 	v.opaque("MessageID", f.MessageID)
+	v.opaque("Key", f.Key)
 	v.headers(f.Headers)
 	v.bytes("Body", f.Body)
 	return v.result()
 }
 
 func decodeDeliver(d decoder) (Frame, error) {
-	f := &Deliver{
-		SubID:      d.u32("SubID"),
-		Tag:        d.u64("Tag"),
-		Partition:  d.u16("Partition"),
-		Offset:     d.u64("Offset"),
-		Deliveries: d.u32("Deliveries"),
-		MessageID:  d.opaque("MessageID"),
-		Headers:    d.headers(),
-		Body:       d.bytes("Body"),
+	f := &Deliver{SubID: d.u32("SubID"), Tag: d.u64("Tag"), Partition: d.u16("Partition"), Offset: d.u64("Offset")}
+	if d.version >= 2 {
+		f.Incarnation = d.u64("Incarnation")
 	}
+	f.Deliveries = d.u32("Deliveries")
+	f.MessageID = d.opaque("MessageID")
+	if d.version >= 2 {
+		f.Key = d.opaque("Key")
+	}
+	f.Headers = d.headers()
+	f.Body = d.bytes("Body")
 	return f, d.finish()
 }
 

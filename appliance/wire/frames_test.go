@@ -67,8 +67,14 @@ func TestMinimumBodies(t *testing.T) {
 			t.Errorf("%s: body of %d bytes; table says min %d fixed %v", f.Type(), n, s.minBody, s.fixed)
 		}
 		zero := reflect.New(reflect.TypeOf(f).Elem()).Interface().(Frame)
-		if n := len(zero.AppendBody(nil)); n != s.minBody {
-			t.Errorf("%s: zero body of %d bytes; table says %d", f.Type(), n, s.minBody)
+		for v := MinVersion; v <= Version; v++ {
+			n := len(zero.AppendBody(nil))
+			if vf, ok := zero.(versionedFrame); ok {
+				n = len(vf.appendBodyVersion(nil, v))
+			}
+			if n != minBody(f.Type(), v) {
+				t.Errorf("%s: zero body of %d bytes in version %d; table says %d", f.Type(), n, v, minBody(f.Type(), v))
+			}
 		}
 	}
 }
@@ -159,11 +165,59 @@ func TestAppendBodyTruncatesInvalid(t *testing.T) {
 func TestDeliverLen(t *testing.T) {
 	for _, p := range []*Publish{
 		{},
-		{Queue: "q", MessageID: "id", Headers: []Header{{"a", "bc"}, {"", "x"}}, Body: make([]byte, 1000)},
+		{Queue: "q", MessageID: "id", Key: "k-1", Headers: []Header{{"a", "bc"}, {"", "x"}}, Body: make([]byte, 1000)},
 	} {
-		d := &Deliver{SubID: 1, Tag: 2, MessageID: p.MessageID, Headers: p.Headers, Body: p.Body}
+		d := &Deliver{SubID: 1, Tag: 2, Incarnation: 9, MessageID: p.MessageID, Key: p.Key, Headers: p.Headers, Body: p.Body}
 		if got, want := DeliverLen(p), len(mustEncode(t, d))-lengthSize; got != want {
 			t.Errorf("DeliverLen = %d, want %d", got, want)
+		}
+		if got := d.FrameLen(); got != DeliverLen(p) {
+			t.Errorf("FrameLen = %d, want %d", got, DeliverLen(p))
+		}
+	}
+}
+
+// TestDeliverVersions: a version 1 Deliver has no Incarnation or Key. A
+// Writer and a Reader set to version 1 leave them out and read it back
+// without them, byte for byte the version 1 layout; set to version 2 they
+// carry both; this Deliver in one layout does not decode in the other.
+func TestDeliverVersions(t *testing.T) {
+	d := &Deliver{SubID: 2, Tag: 99, Partition: 1, Offset: 12345, Incarnation: 3, Deliveries: 1,
+		MessageID: "m-1", Key: "device-9", Headers: []Header{{"k", "v"}}, Body: []byte("body")}
+	v1 := raw(TypeDeliver, u32(2), u64(99), u16(1), u64(12345), u32(1), str("m-1"), u16(1), str("k"), str("v"), u32(4), []byte("body"))
+	v2 := raw(TypeDeliver, u32(2), u64(99), u16(1), u64(12345), u64(3), u32(1), str("m-1"), str("device-9"),
+		u16(1), str("k"), str("v"), u32(4), []byte("body"))
+	for _, tc := range []struct {
+		version uint16
+		bytes   []byte
+		want    *Deliver
+	}{
+		{1, v1, &Deliver{SubID: 2, Tag: 99, Partition: 1, Offset: 12345, Deliveries: 1, MessageID: "m-1",
+			Headers: []Header{{"k", "v"}}, Body: []byte("body")}},
+		{2, v2, d},
+	} {
+		var buf bytes.Buffer
+		w := NewWriter(&buf, Options{})
+		w.SetVersion(tc.version)
+		if err := w.WriteFrame(d); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf.Bytes(), tc.bytes) {
+			t.Fatalf("version %d Deliver:\n got % x\nwant % x", tc.version, buf.Bytes(), tc.bytes)
+		}
+		r := NewReader(bytes.NewReader(tc.bytes), Options{})
+		r.SetVersion(tc.version)
+		got, err := r.ReadFrame()
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Fatalf("version %d reads %+v (%v), want %+v", tc.version, got, err, tc.want)
+		}
+		other := NewReader(bytes.NewReader(tc.bytes), Options{})
+		other.SetVersion(3 - tc.version)
+		if f, err := other.ReadFrame(); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("a version %d Deliver read as version %d: %+v, %v", tc.version, 3-tc.version, f, err)
 		}
 	}
 }

@@ -8,7 +8,8 @@ import (
 	"testing"
 )
 
-// FuzzReadFrame feeds arbitrary bytes to a Reader. It must never panic;
+// FuzzReadFrame feeds arbitrary bytes to a Reader, at every protocol
+// version (a Deliver's layout differs between them). It must never panic;
 // it must allocate in proportion to the bytes it was given, however large
 // the lengths and counts those bytes claim; every error must be io.EOF,
 // io.ErrUnexpectedEOF or a protocol error; and every frame it returns must
@@ -17,12 +18,16 @@ import (
 func FuzzReadFrame(f *testing.F) {
 	var stream []byte
 	for _, fr := range sampleFrames() {
-		b, err := AppendFrame(nil, fr)
-		if err != nil {
-			continue // the invalid zero frames
+		for v := MinVersion; v <= Version; v++ {
+			b, err := appendFrame(nil, fr, MaxFrameLimit, v)
+			if err != nil {
+				break // the invalid zero frames
+			}
+			f.Add(b)
+			if v == Version {
+				stream = append(stream, b...)
+			}
 		}
-		f.Add(b)
-		stream = append(stream, b...)
 	}
 	f.Add(stream)
 	f.Add(append(u32(DefaultMaxFrame), byte(TypePublish)))
@@ -34,18 +39,21 @@ func FuzzReadFrame(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		// The default options, and a small limit and buffer, so that both
 		// read paths and the size check are exercised.
-		for _, opts := range []Options{{}, {MaxFrame: MinFrameLimit, BufferSize: 32}} {
-			r := NewReader(bytes.NewReader(data), opts)
-			frames := make([]Frame, 0, 64)
-			before := heapAllocs()
-			frames, err := readAllInto(r, frames)
-			if allocated, bound := heapAllocs()-before, uint64(16*len(data)+1<<20); allocated > bound {
-				t.Fatalf("read %d bytes, allocated %d (bound %d)", len(data), allocated, bound)
+		for v := MinVersion; v <= Version; v++ {
+			for _, opts := range []Options{{}, {MaxFrame: MinFrameLimit, BufferSize: 32}} {
+				r := NewReader(bytes.NewReader(data), opts)
+				r.SetVersion(v)
+				frames := make([]Frame, 0, 64)
+				before := heapAllocs()
+				frames, err := readAllInto(r, frames)
+				if allocated, bound := heapAllocs()-before, uint64(16*len(data)+1<<20); allocated > bound {
+					t.Fatalf("read %d bytes, allocated %d (bound %d)", len(data), allocated, bound)
+				}
+				if err != io.EOF && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, ErrProtocol) {
+					t.Fatalf("unexpected error %v", err)
+				}
+				checkReencoding(t, data, frames, v)
 			}
-			if err != io.EOF && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, ErrProtocol) {
-				t.Fatalf("unexpected error %v", err)
-			}
-			checkReencoding(t, data, frames)
 		}
 	})
 }
@@ -60,21 +68,23 @@ func readAllInto(r *Reader, frames []Frame) ([]Frame, error) {
 	}
 }
 
-// checkReencoding encodes frames back to back: the result must be the start
-// of data, and must read back as the same frames.
-func checkReencoding(t *testing.T, data []byte, frames []Frame) {
+// checkReencoding encodes frames back to back in version v's layout: the
+// result must be the start of data, and must read back as the same frames.
+func checkReencoding(t *testing.T, data []byte, frames []Frame, v uint16) {
 	t.Helper()
 	var enc []byte
 	for _, f := range frames {
 		var err error
-		if enc, err = AppendFrame(enc, f); err != nil {
+		if enc, err = appendFrame(enc, f, MaxFrameLimit, v); err != nil {
 			t.Fatalf("a decoded %s does not encode: %v", f.Type(), err)
 		}
 	}
 	if !bytes.HasPrefix(data, enc) {
 		t.Fatalf("re-encoding differs from the input:\n got % x\nwant % x", enc, data[:min(len(data), len(enc))])
 	}
-	again, err := readAll(NewReader(bytes.NewReader(enc), Options{}))
+	r := NewReader(bytes.NewReader(enc), Options{})
+	r.SetVersion(v)
+	again, err := readAll(r)
 	if err != io.EOF {
 		t.Fatalf("re-encoded frames do not read back: %v", err)
 	}

@@ -24,14 +24,21 @@ type Reader struct {
 	src      io.Reader // what br reads from
 	br       *bufio.Reader
 	maxFrame int
+	version  uint16 // the layout frames are decoded in
 }
 
 // NewReader returns a Reader over r. If r is a *bufio.Reader at least
 // opts.BufferSize large it is used as is. Out-of-range options are clamped.
 func NewReader(r io.Reader, opts Options) *Reader {
 	o := opts.withDefaults()
-	return &Reader{src: r, br: bufio.NewReaderSize(r, o.BufferSize), maxFrame: o.MaxFrame}
+	return &Reader{src: r, br: bufio.NewReaderSize(r, o.BufferSize), maxFrame: o.MaxFrame, version: Version}
 }
+
+// SetVersion makes the Reader decode frames in version v's layout (from
+// MinVersion to Version; others are clamped into that range): the version
+// HelloOK settled for the connection. Hello and HelloOK are the same in
+// every version, so they are read before it is known.
+func (r *Reader) SetVersion(v uint16) { r.version = clampVersion(v) }
 
 // SetBufferSize gives the Reader a read buffer of n bytes (clamped like
 // Options.BufferSize) if its buffer is smaller, keeping the bytes already
@@ -92,7 +99,7 @@ func (r *Reader) ReadFrame() (Frame, error) {
 		return nil, fmt.Errorf("wire: read frame type: %w", noEOF(err))
 	}
 	t, n := FrameType(b), int(length)-1
-	if err := checkBodyLen(t, n); err != nil {
+	if err := checkBodyLen(t, n, r.version); err != nil {
 		return nil, err
 	}
 	if n <= r.br.Size() {
@@ -107,7 +114,7 @@ func (r *Reader) decodeBuffered(t FrameType, n int) (Frame, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wire: read %s body of %d bytes: %w", t, n, noEOF(err))
 	}
-	f, err := decode(t, body, false)
+	f, err := decode(t, body, false, r.version)
 	r.br.Discard(n)
 	return f, err
 }
@@ -128,7 +135,7 @@ func (r *Reader) decodeLarge(t FrameType, n int) (Frame, error) {
 			return nil, fmt.Errorf("wire: read %s body of %d bytes: %w", t, n, noEOF(err))
 		}
 	}
-	return decode(t, body, true)
+	return decode(t, body, true, r.version)
 }
 
 // noEOF turns io.EOF inside a frame into io.ErrUnexpectedEOF.

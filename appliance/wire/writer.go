@@ -10,7 +10,8 @@ import (
 type Writer struct {
 	w        io.Writer
 	buf      []byte
-	maxFrame int // the peer's limit
+	maxFrame int    // the peer's limit
+	version  uint16 // the layout frames are encoded in
 	flushAt  int
 	err      error // the first write error; sticks
 }
@@ -20,8 +21,15 @@ type Writer struct {
 // with SetMaxFrame. Out-of-range options are clamped.
 func NewWriter(w io.Writer, opts Options) *Writer {
 	o := opts.withDefaults()
-	return &Writer{w: w, maxFrame: o.MaxFrame, flushAt: o.BufferSize}
+	return &Writer{w: w, maxFrame: o.MaxFrame, version: Version, flushAt: o.BufferSize}
 }
+
+// SetVersion makes the Writer encode frames in version v's layout (from
+// MinVersion to Version; others are clamped into that range), leaving out
+// the fields v does not have.
+func (w *Writer) SetVersion(v uint16) { w.version = clampVersion(v) }
+
+func clampVersion(v uint16) uint16 { return min(max(v, MinVersion), Version) }
 
 // SetMaxFrame sets the peer's limit, clamped to [MinFrameLimit,
 // MaxFrameLimit].
@@ -45,7 +53,7 @@ func (w *Writer) WriteFrame(f Frame) error {
 	if w.buf == nil {
 		w.buf = make([]byte, 0, w.flushAt)
 	}
-	buf, err := appendFrame(w.buf, f, w.maxFrame)
+	buf, err := appendFrame(w.buf, f, w.maxFrame, w.version)
 	w.buf = buf
 	if err != nil {
 		return err
