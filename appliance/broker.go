@@ -139,6 +139,7 @@ func Open(opts Options) (*Broker, error) {
 	if err := wal.MkdirAllSynced(opts.FS, opts.DataDir); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
+	b.disk.openReserve() // reserve.go: room to free space on a full disk
 	meta, err := openMeta(opts.FS.PathJoin(opts.DataDir, "meta"), opts.FS)
 	if err != nil {
 		return nil, err
@@ -313,7 +314,7 @@ func declareResult(c QueueConfig, created bool) DeclareResult {
 // DeleteQueue closes a queue and removes its logs, declaration and
 // snapshots. Subscriptions on it stop receiving.
 func (b *Broker) DeleteQueue(ctx context.Context, name string) error {
-	if err := b.disk.metaRoom(); err != nil { // before the queue closes: nothing half done
+	if err := b.disk.metaRoom(true); err != nil { // before the queue closes: nothing half done
 		return fmt.Errorf("delete queue %s: %w", name, err)
 	}
 	b.mu.Lock()

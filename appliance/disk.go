@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -17,6 +18,10 @@ type diskGuard struct {
 	dir     string
 	budget  int64
 	minFree int64
+
+	// spent: the reserve went to a metadata write that frees space
+	// (reserve.go). Read lock-free on the publish path; changed under mu.
+	spent atomic.Bool
 
 	mu        sync.Mutex // guards the fields below
 	measured  time.Time
@@ -32,15 +37,21 @@ const diskMeasureEvery = time.Second
 func (b *Broker) checkDisk(n int64) error { return b.disk.check(n) }
 
 func (g *diskGuard) check(n int64) error {
-	if g.budget <= 0 && g.minFree <= 0 {
+	limits := g.budget > 0 || g.minFree > 0
+	if !limits && !g.spent.Load() {
 		return nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if time.Since(g.measured) > diskMeasureEvery {
-		g.measure()
+	if limits {
+		if time.Since(g.measured) > diskMeasureEvery {
+			g.measure()
+		}
+		if err := g.refusalLocked(n); err != nil {
+			return err
+		}
 	}
-	if err := g.refusalLocked(n); err != nil {
+	if err := g.reserveRefusalLocked(); err != nil {
 		return err
 	}
 	g.used += n // until the next measurement
@@ -54,17 +65,31 @@ func (g *diskGuard) check(n int64) error {
 const metaReserveBytes = 8 << 20
 
 // metaRoom refuses a metadata write (a declaration, the settings, a
-// checkpoint's snapshot, a queue's deletion) with ErrDiskFull when the file system has less
-// than metaReserveBytes free. Pebble treats a failed write to its log as
-// fatal and panics, so a full disk must never meet one: a checkpoint
+// checkpoint's snapshot, a queue's deletion) with ErrDiskFull when the
+// file system has less than metaReserveBytes free, unless the write
+// frees space (a checkpoint, a deletion) and the data directory's reserve
+// can make the room (reserve.go). Pebble treats a failed write to its log
+// as fatal and panics, so a full disk must never meet one: a checkpoint
 // refused here is retried after the next change, and the queue logs stay
 // authoritative meanwhile. It measures afresh (one statfs) whatever the
 // watermark and budget; a file system that cannot say lets the write
 // through.
-func (g *diskGuard) metaRoom() error {
+func (g *diskGuard) metaRoom(frees bool) error {
 	u, err := g.fs.GetDiskUsage(g.dir)
 	if err != nil || u.AvailBytes >= metaReserveBytes {
 		return nil
+	}
+	if frees {
+		// A checkpoint or a delete: the reserve (reserve.go) makes its
+		// room, unless something else took that room as it was freed.
+		g.mu.Lock()
+		spent := g.spendReserveLocked()
+		g.mu.Unlock()
+		if spent {
+			if u, err = g.fs.GetDiskUsage(g.dir); err != nil || u.AvailBytes >= metaReserveBytes {
+				return nil
+			}
+		}
 	}
 	return fmt.Errorf("%w: %d bytes free, metadata writes keep %d in reserve", ErrDiskFull, u.AvailBytes, metaReserveBytes)
 }

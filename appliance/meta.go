@@ -22,15 +22,17 @@ type metaStore struct {
 	// room, if set, is asked before every write and refuses it when the
 	// disk is nearly full (diskGuard.metaRoom): Pebble treats a failed
 	// write to its log as fatal and panics.
-	room func() error
+	room func(frees bool) error
 }
 
-// hasRoom is nil when a write may go ahead.
-func (m *metaStore) hasRoom() error {
+// hasRoom is nil when a write may go ahead; frees says the write lets
+// space be freed (a checkpoint's snapshot, a deletion), which may spend
+// the data directory's reserve (reserve.go).
+func (m *metaStore) hasRoom(frees bool) error {
 	if m.room == nil {
 		return nil
 	}
-	return m.room()
+	return m.room(frees)
 }
 
 func openMeta(dir string, fs vfs.FS) (*metaStore, error) {
@@ -67,7 +69,7 @@ func (m *metaStore) putJSON(key []byte, v any) error {
 	if err != nil {
 		return err
 	}
-	if err := m.hasRoom(); err != nil {
+	if err := m.hasRoom(false); err != nil {
 		return fmt.Errorf("store %s: %w", key, err)
 	}
 	if err := m.db.Set(key, b, pebble.Sync); err != nil {
@@ -113,7 +115,7 @@ func (m *metaStore) queues() ([]QueueConfig, error) {
 
 // deleteQueue removes a declaration and its snapshots in one synced batch.
 func (m *metaStore) deleteQueue(name string) error {
-	if err := m.hasRoom(); err != nil {
+	if err := m.hasRoom(true); err != nil {
 		return fmt.Errorf("delete queue %s: %w", name, err)
 	}
 	b := m.db.NewBatch()
@@ -128,7 +130,7 @@ func (m *metaStore) deleteQueue(name string) error {
 }
 
 func (m *metaStore) putSnapshot(name string, partition int, snap snapshot) error {
-	if err := m.hasRoom(); err != nil {
+	if err := m.hasRoom(true); err != nil {
 		return fmt.Errorf("store snapshot %s/%d: %w", name, partition, err)
 	}
 	if err := m.db.Set(snapshotKey(name, partition), snap.encode(), pebble.Sync); err != nil {

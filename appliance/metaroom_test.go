@@ -9,14 +9,15 @@ import (
 
 // With less than metaReserveBytes free, metadata writes are refused with
 // ErrDiskFull before they reach Pebble (which would panic on a failed log
-// write): a declaration, the settings, a deletion (which leaves the queue
-// serving), and a checkpoint's snapshot, which is deferred and stored once
-// space returns. Publishes to an existing queue go on while its log has
-// room.
+// write): a declaration and the settings, which free nothing, always; a
+// checkpoint's snapshot and a deletion, which free space, spend the data
+// directory's reserve once (reserve.go) and are refused as well when
+// there is no room even so, until there is room again. Publishes to an existing queue go
+// on while its log has room and the reserve is whole.
 func TestMetadataWritesKeepAReserve(t *testing.T) {
 	ctx := testCtx(t)
-	fs := vfs.NewMem()
-	fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 30, TotalBytes: 2 << 30})
+	fs := &usageFS{FS: vfs.NewMem()}
+	fs.free.Store(1 << 30)
 	b := openBroker(t, fs, "data", Options{MinFreeBytes: -1})
 	defer func() {
 		if err := b.Close(); err != nil {
@@ -24,29 +25,32 @@ func TestMetadataWritesKeepAReserve(t *testing.T) {
 		}
 	}()
 	declare(t, ctx, b, QueueConfig{Name: "q"})
-	fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: metaReserveBytes - 1, TotalBytes: 2 << 30})
+	fs.free.Store(metaReserveBytes - 1)
 	if _, err := b.Declare(ctx, QueueConfig{Name: "other"}); !errors.Is(err, ErrDiskFull) {
 		t.Fatalf("declare with %d bytes free: %v, want ErrDiskFull", metaReserveBytes-1, err)
 	}
 	if err := b.UpdateSettings(DefaultSettings()); !errors.Is(err, ErrDiskFull) {
 		t.Fatalf("settings with %d bytes free: %v, want ErrDiskFull", metaReserveBytes-1, err)
 	}
-	if err := b.DeleteQueue(ctx, "q"); !errors.Is(err, ErrDiskFull) {
-		t.Fatalf("delete with %d bytes free: %v, want ErrDiskFull", metaReserveBytes-1, err)
-	}
 	publish(t, ctx, b, "q", Message{Body: body(0)})
-	if err := b.Checkpoint(ctx); !errors.Is(err, ErrDiskFull) {
-		t.Fatalf("checkpoint with %d bytes free: %v, want ErrDiskFull", metaReserveBytes-1, err)
-	}
-	if _, ok, err := b.meta.snapshot("q", 0); err != nil || ok {
-		t.Fatalf("a snapshot was stored on a full disk: %v %v", ok, err)
-	}
-	fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: metaReserveBytes, TotalBytes: 2 << 30})
+	// The checkpoint spends the reserve, which gives it room.
 	if err := b.Checkpoint(ctx); err != nil {
-		t.Fatalf("checkpoint once space returned: %v", err)
+		t.Fatalf("checkpoint with %d bytes free and the reserve whole: %v", metaReserveBytes-1, err)
 	}
 	if _, ok, err := b.meta.snapshot("q", 0); err != nil || !ok {
-		t.Fatalf("no snapshot after space returned: %v %v", ok, err)
+		t.Fatalf("no snapshot from the reserve's room: %v %v", ok, err)
 	}
+	if _, err := b.Publish(ctx, "q", Message{Body: body(1)}); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("publish with the reserve spent: %v, want ErrDiskFull", err)
+	}
+	fs.free.Store(-reserveBytes) // the reserve's room taken by something else
+	if err := b.DeleteQueue(ctx, "q"); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("delete with no room at all: %v, want ErrDiskFull", err)
+	}
+	fs.free.Store(reserveRecreateFree)
+	publish(t, ctx, b, "q", Message{Body: body(2)})
 	declare(t, ctx, b, QueueConfig{Name: "other"})
+	if _, err := fs.Stat("data/" + reserveName); err != nil {
+		t.Fatalf("the reserve is not made anew once there is room: %v", err)
+	}
 }

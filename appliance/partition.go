@@ -347,6 +347,16 @@ func (p *partition) runApplier() {
 			err = p.applyPending(pa, res.First)
 		case err == nil:
 			err = p.applyPending(pa, res.First)
+		case errors.Is(err, wal.ErrNoSpace) && p.gate == nil && settlesOnly(pa.entries):
+			// A full disk must not keep a consumer's decision from taking
+			// effect, or no checkpoint could pass the message and no space
+			// would ever be freed (reserve.go): the settle applies in
+			// memory, the next checkpoint records it, and a crash before
+			// that redelivers the message (at least once).
+			if pa.applying != nil {
+				pa.applying()
+			}
+			err = p.applyUnlogged(pa.entries)
 		case errors.Is(err, wal.ErrNoSpace): // nothing written, the log stays healthy
 			if len(pa.entries) > 0 && isPublish(pa.entries[0].Type) {
 				p.q.counters.rejectedDisk.Add(1)
@@ -363,13 +373,39 @@ func (p *partition) runApplier() {
 	}
 }
 
+// settlesOnly reports whether entries settle messages and publish none.
+func settlesOnly(entries []wal.Entry) bool {
+	for _, e := range entries {
+		if isPublish(e.Type) || e.Type == recMarker {
+			return false
+		}
+	}
+	return len(entries) > 0
+}
+
 // apply applies records that completed at the queue's durability.
 func (p *partition) apply(first uint64, entries []wal.Entry) error {
+	return p.applyEach(first, entries, func(r wal.Record) (applyEffect, error) {
+		return p.core.st.apply(r, p.q.cfg().MaxDeliveries)
+	})
+}
+
+// applyUnlogged applies settles whose records the log had no room for
+// (a full disk): in memory, outside the log's order, for the next
+// checkpoint to record.
+func (p *partition) applyUnlogged(entries []wal.Entry) error {
+	return p.applyEach(0, entries, func(r wal.Record) (applyEffect, error) {
+		return p.core.st.settleRecord(r, p.q.cfg().MaxDeliveries)
+	})
+}
+
+// applyEach applies entries, the first at offset first, with one.
+func (p *partition) applyEach(first uint64, entries []wal.Entry, one func(wal.Record) (applyEffect, error)) error {
 	var over []uint64
 	p.mu.Lock()
 	for i, e := range entries {
 		off := first + uint64(i)
-		eff, err := p.core.st.apply(wal.Record{Offset: off, Type: e.Type, Payload: e.Payload}, p.q.cfg().MaxDeliveries)
+		eff, err := one(wal.Record{Offset: off, Type: e.Type, Payload: e.Payload})
 		if err != nil {
 			p.mu.Unlock()
 			return fmt.Errorf("queue %s partition %d: %w", p.q.cfg().Name, p.idx, err)

@@ -85,6 +85,13 @@ func (s *partitionState) apply(r wal.Record, maxDeliveries int) (applyEffect, er
 		s.add(m)
 		return effectReady, nil
 	}
+	return s.settleRecord(r, maxDeliveries)
+}
+
+// settleRecord applies a record that settles or releases an earlier
+// message (ack, discard, dead-letter, release, expire). The caller has
+// placed it in the log's order; r.Offset only names it in errors.
+func (s *partitionState) settleRecord(r wal.Record, maxDeliveries int) (applyEffect, error) {
 	target, err := decodeSettle(r.Payload)
 	if err != nil {
 		return effectNone, fmt.Errorf("offset %d: %w", r.Offset, err)
