@@ -97,12 +97,15 @@ func (s *Server) overBudget(now time.Time) {
 }
 
 // written runs after the writer wrote deliveries of a paused connection:
-// once it has written half of what it held when paused, it resumes.
+// once it has written half of what it held when paused, and the broker is
+// back within its budget, it resumes. (Resumed while the budget is still
+// exceeded, with nothing new queued to pause it again, it would stay
+// over the budget for good.)
 func (s *Server) written(c *conn) {
 	b := &s.budget
 	b.mu.Lock()
 	p, ok := b.paused[c]
-	if !ok || c.out.queuedDeliveries() > p.held/2 {
+	if !ok || c.out.queuedDeliveries() > p.held/2 || b.total.Load() > b.limit {
 		b.mu.Unlock()
 		return
 	}
