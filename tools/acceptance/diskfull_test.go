@@ -46,11 +46,15 @@ func TestDiskFull(t *testing.T) {
 	}
 }
 
-func diskFullCase(t *testing.T, minFree, reason string) {
-	ctx := caseCtx(t, 2*time.Minute)
+// smallDiskBroker starts fibrild on a fresh 64 MiB loop-mounted ext4
+// (segments of 1 MiB, checkpoints 100 ms after a change, the free-space
+// watermark at minFree) with a history beside it, all gone with the test.
+func smallDiskBroker(t *testing.T, ctx context.Context, minFree string) (*LoopFS, *Broker, *History) {
+	t.Helper()
+	requireAcceptanceGate(t)
 	lfs, err := NewLoopFS(ctx, LoopOptions{FS: "ext4", Size: 64 << 20, Dir: t.TempDir()})
 	if err != nil {
-		t.Fatalf("case 6 needs a loop-mounted ext4 (run as root with e2fsprogs and xfsprogs): %v", err)
+		t.Fatalf("the disk-full cases need a loop-mounted ext4 (run as root with e2fsprogs and xfsprogs): %v", err)
 	}
 	t.Cleanup(func() { lfs.Close() })
 	dir := t.TempDir()
@@ -58,18 +62,24 @@ func diskFullCase(t *testing.T, minFree, reason string) {
 	if err := BuildFibrild(ctx, "../fibrild", bin); err != nil {
 		t.Fatal(err)
 	}
-	data := filepath.Join(lfs.Mnt, "data")
-	b := &Broker{Bin: bin, DataDir: data, Args: []string{"--storage.segment_size", "1MiB", "--log.level", "info",
-		"--storage.min_free", minFree, "--storage.checkpoint_delay", "100ms"}}
+	b := &Broker{Bin: bin, DataDir: filepath.Join(lfs.Mnt, "data"), Args: []string{"--storage.segment_size", "1MiB",
+		"--log.level", "info", "--storage.min_free", minFree, "--storage.checkpoint_delay", "100ms"}}
 	if err := b.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(b.Kill)
+	t.Cleanup(b.Kill) // before the loop file system's Close
 	h, err := CreateHistory(filepath.Join(dir, "history.jsonl"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Close()
+	t.Cleanup(func() { h.Close() })
+	return lfs, b, h
+}
+
+func diskFullCase(t *testing.T, minFree, reason string) {
+	ctx := caseCtx(t, 2*time.Minute)
+	lfs, b, h := smallDiskBroker(t, ctx, minFree)
+	data := b.DataDir
 	queues := []QueueSpec{{Name: "durable", Partitions: 2}, {Name: "buffered", Buffered: true, Partitions: 2}}
 	seed := caseSeed(t)
 	h.Note("case 6 disk full: seed %d, ext4 64 MiB, segment 1 MiB, min_free %s", seed, minFree)
@@ -150,6 +160,7 @@ func diskFullCase(t *testing.T, minFree, reason string) {
 		t.Fatal(err)
 	}
 	refusals, withReason, other, first := 0, "", map[string]int{}, ""
+	withReasonRE := regexp.MustCompile(reason)
 	for _, e := range events {
 		if e.Kind != KindFail {
 			continue
@@ -159,7 +170,7 @@ func diskFullCase(t *testing.T, minFree, reason string) {
 			if first == "" {
 				first = e.Err
 			}
-			if withReason == "" && regexp.MustCompile(reason).MatchString(e.Err) {
+			if withReason == "" && withReasonRE.MatchString(e.Err) {
 				withReason = e.Err
 			}
 		} else {
@@ -284,33 +295,13 @@ func refusalCount(ctx context.Context, admin, reason string) float64 {
 // follow them and retention must free the queue's segments, so that
 // publishing resumes; nothing confirmed is lost.
 func TestDiskFullFreedByAcks(t *testing.T) {
-	requireAcceptanceGate(t)
 	ctx := caseCtx(t, 2*time.Minute)
-	lfs, err := NewLoopFS(ctx, LoopOptions{FS: "ext4", Size: 64 << 20, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatalf("case 6b needs a loop-mounted ext4 (run as root with e2fsprogs and xfsprogs): %v", err)
-	}
-	t.Cleanup(func() { lfs.Close() })
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "fibrild")
-	if err := BuildFibrild(ctx, "../fibrild", bin); err != nil {
-		t.Fatal(err)
-	}
-	b := &Broker{Bin: bin, DataDir: filepath.Join(lfs.Mnt, "data"), Args: []string{"--storage.segment_size", "1MiB",
-		"--storage.min_free", "0", "--storage.checkpoint_delay", "100ms"}}
-	if err := b.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Kill)
-	h, err := CreateHistory(filepath.Join(dir, "history.jsonl"), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	lfs, b, h := smallDiskBroker(t, ctx, "0")
+	seed := caseSeed(t)
 	queues := []QueueSpec{{Name: "filled"}}
 	h.Note("case 6b: ext4 64 MiB, segment 1 MiB, min_free 0, 16 KiB bodies")
 	r, err := StartLoad(ctx, LoadOptions{Addr: b.Addr(), History: h, Queues: queues, Consumers: -1,
-		BodySize: 16 << 10, Seed: caseSeed(t), Prefix: "fill"})
+		BodySize: 16 << 10, Seed: seed, Prefix: "fill"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,15 +332,7 @@ func TestDiskFullFreedByAcks(t *testing.T) {
 	if _, err := Drain(ctx, h, b.Addr(), b.Admin(), queues); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	events, err := ReadHistory(h.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep := Verify(events, queues)
-	if f := rep.Failures(); len(f) > 0 || len(rep.Lost) > 0 {
-		t.Fatalf("failures %v, lost %d\n%s", f, len(rep.Lost), rep)
+	if rep := judge(t, h, queues, seed, nil); len(rep.Lost) > 0 {
+		t.Fatalf("%d confirmed messages lost without any power cut", len(rep.Lost))
 	}
 }
