@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/netip"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -43,7 +42,6 @@ type conn struct {
 	subs map[uint32]*subscription // reader only
 
 	admitted bool           // counted as a session; under Server.mu
-	source   netip.Prefix   // what MaxPreHelloPerSource counts against; set at accept
 	pre      *preauth.Entry // in Server.preHello until the Hello is admitted; set at accept
 
 	done       chan struct{} // closed by close
@@ -76,7 +74,6 @@ func newConn(s *Server, nc, raw net.Conn, id uint64) *conn {
 		done:       make(chan struct{}),
 		peerBye:    make(chan struct{}),
 		writerDone: make(chan struct{}),
-		source:     preauth.SourceOf(raw.RemoteAddr()),
 	}
 	c.rc = &readClock{nc: nc, frameTimeout: s.opts.FrameTimeout}
 	c.r = wire.NewReader(c.rc, wire.Options{MaxFrame: s.opts.MaxFrame, BufferSize: preHelloBuffer})

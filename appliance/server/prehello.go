@@ -26,7 +26,7 @@ func newPreHelloSet(o Options) *preauth.Set {
 // Hello must meet, and returns the waiting connection to evict to make
 // room (nil if there was room), which the caller evicts outside its locks.
 func (s *Server) addPreHello(c *conn, now time.Time) (evict *preauth.Entry) {
-	a := s.preHello.Add(c.source, func(deadline time.Time) {
+	a := s.preHello.Add(preauth.SourceOf(c.raw.RemoteAddr()), func(deadline time.Time) {
 		c.nc.SetReadDeadline(deadline) // safe from any goroutine; the reader set none since
 	}, func() {
 		c.log.Debug("closing a connection still waiting for its Hello, to make room")
