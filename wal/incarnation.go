@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
-	"os"
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -70,17 +68,9 @@ func decodeIncarnation(b []byte) (incarnationState, error) {
 // readIncarnation returns the content of INCARNATION, and false when there
 // is none.
 func (l *Log) readIncarnation() (incarnationState, bool, error) {
-	f, err := l.fs.Open(l.fs.PathJoin(l.dir, incarnationName))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return incarnationState{}, false, nil
-		}
-		return incarnationState{}, false, fmt.Errorf("wal: open %s: %w", incarnationName, err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 64))
-	if err != nil {
-		return incarnationState{}, false, fmt.Errorf("wal: read %s: %w", incarnationName, err)
+	b, ok, err := readSmallFile(l.fs, l.dir, incarnationName, 64)
+	if !ok || err != nil {
+		return incarnationState{}, false, err
 	}
 	s, err := decodeIncarnation(b)
 	return s, err == nil, err

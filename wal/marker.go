@@ -116,19 +116,32 @@ func writeSynced(fs vfs.FS, dirFile vfs.File, dir, name string, b []byte) error 
 	return nil
 }
 
-// readValueFile returns the value in dir/name, and false when there is none.
-func readValueFile(fs vfs.FS, dir, name string) (uint64, bool, error) {
+// readSmallFile returns the first max bytes of dir/name, and false when
+// there is no such file.
+func readSmallFile(fs vfs.FS, dir, name string, max int64) ([]byte, bool, error) {
 	f, err := fs.Open(fs.PathJoin(dir, name))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return 0, false, nil
+			return nil, false, nil
 		}
-		return 0, false, fmt.Errorf("wal: open %s: %w", name, err)
+		return nil, false, fmt.Errorf("wal: open %s: %w", name, err)
 	}
 	defer f.Close()
-	b := make([]byte, 12)
-	if _, err := io.ReadFull(f, b); err != nil {
-		return 0, false, fmt.Errorf("wal: read %s: %w", name, err)
+	b, err := io.ReadAll(io.LimitReader(f, max))
+	if err != nil {
+		return nil, false, fmt.Errorf("wal: read %s: %w", name, err)
+	}
+	return b, true, nil
+}
+
+// readValueFile returns the value in dir/name, and false when there is none.
+func readValueFile(fs vfs.FS, dir, name string) (uint64, bool, error) {
+	b, ok, err := readSmallFile(fs, dir, name, 12)
+	if !ok || err != nil {
+		return 0, false, err
+	}
+	if len(b) < 12 {
+		return 0, false, fmt.Errorf("wal: read %s: %w", name, io.ErrUnexpectedEOF)
 	}
 	if binary.LittleEndian.Uint32(b[8:]) != crc32.Checksum(b[:8], castagnoli) {
 		return 0, false, fmt.Errorf("wal: %s checksum mismatch", name)
