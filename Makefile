@@ -58,6 +58,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeLog$$' -fuzztime $$((80000 * $(FUZZSCALE)))x ./federation/raftstore
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEvents$$' -fuzztime $$((40000 * $(FUZZSCALE)))x ./appliance
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSnapshot$$' -fuzztime $$((40000 * $(FUZZSCALE)))x ./appliance
+	$(GO) test -run '^$$' -fuzz '^FuzzRaftRelay$$' -fuzztime $$((40000 * $(FUZZSCALE)))x ./federation
 	$(GO) test -run '^$$' -fuzz '^FuzzApplyCommand$$' -fuzztime $$((40000 * $(FUZZSCALE)))x ./federation/control
 	$(GO) test -run '^$$' -fuzz '^FuzzSubjectMapping$$' -fuzztime $$((40000 * $(FUZZSCALE)))x ./bridge
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTokens$$' -fuzztime $$((40000 * $(FUZZSCALE)))x ./tools/internal/daemon

@@ -117,6 +117,9 @@ func (m *mux) route(c net.Conn, pending *preauth.Entry) {
 	c.SetDeadline(time.Time{})
 	switch b[0] {
 	case protoRaft:
+		if id, ok := PeerNodeID(c); ok {
+			c = checkRaftPeer(c, id, &m.wg, m.log)
+		}
 		rc, ok := m.trackRaft(c)
 		if !ok {
 			return
