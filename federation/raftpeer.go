@@ -40,8 +40,7 @@ const (
 // through; writes (the responses) go straight to the connection.
 type peerCheckedConn struct {
 	net.Conn
-	pr   *io.PipeReader
-	once sync.Once
+	pr *io.PipeReader
 }
 
 // checkRaftPeer starts checking c's RPCs against node, the id its
@@ -65,7 +64,7 @@ func checkRaftPeer(c net.Conn, node string, wg *sync.WaitGroup, log *slog.Logger
 func (c *peerCheckedConn) Read(p []byte) (int, error) { return c.pr.Read(p) }
 
 func (c *peerCheckedConn) Close() error {
-	c.once.Do(func() { c.pr.Close() })
+	c.pr.Close()
 	return c.Conn.Close()
 }
 
