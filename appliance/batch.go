@@ -138,9 +138,31 @@ func (p *partition) takeBatchLocked() []pubReq {
 }
 
 // flushBatches appends pending batches until none is left.
-func (p *partition) flushBatches() {
+func (p *partition) flushBatches() { p.flushFrom(false) }
+
+// flushFrom is flushBatches. While the partition may not write (a
+// cluster's owner that waits for the cluster to install it: every
+// restart of an owner goes through a recovery), the flush waits for it on
+// a goroutine of its own, still marked as flushing: the publisher that
+// started it is not held, and later publishes gather up to the pending
+// bound, which then holds back the connections sending them. waited: that
+// wait is over; the next batch is submitted as it is (a partition fenced
+// meanwhile fails it).
+func (p *partition) flushFrom(waited bool) {
 	for {
+		wait := !waited && p.gate != nil && p.gate.Writable() != nil
+		waited = false
 		p.batch.mu.Lock()
+		if wait && !p.batch.closed {
+			p.wg.Add(1) // before close's Wait: closeBatches sets closed under batch.mu first
+			p.batch.mu.Unlock()
+			go func() {
+				defer p.wg.Done()
+				p.gate.AwaitWritable(p.closing)
+				p.flushFrom(true)
+			}()
+			return
+		}
 		batch := p.takeBatchLocked()
 		if len(batch) == 0 {
 			p.batch.flushing = false

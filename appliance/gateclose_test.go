@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,10 +24,11 @@ func (heldGate) Wait(stop <-chan struct{}, _ uint64) error {
 	<-stop
 	return errors.New("stopped")
 }
-func (heldGate) Floor() uint64   { return 0 }
-func (heldGate) Writable() error { return nil }
-func (heldGate) Detach()         {}
-func (heldGate) Status() string  { return "held" }
+func (heldGate) Floor() uint64                 { return 0 }
+func (heldGate) Writable() error               { return nil }
+func (heldGate) AwaitWritable(<-chan struct{}) {}
+func (heldGate) Detach()                       {}
+func (heldGate) Status() string                { return "held" }
 
 // A partition whose applier waits at a gate that never opens, with the
 // hand-off to it full and one more append blocked on it, still closes:
@@ -99,10 +101,11 @@ func (r switchedReplication) Wait(stop <-chan struct{}, next uint64) error {
 		return errors.New("stopped")
 	}
 }
-func (switchedReplication) Floor() uint64   { return 0 }
-func (switchedReplication) Writable() error { return nil }
-func (switchedReplication) Detach()         {}
-func (switchedReplication) Status() string  { return "switched" }
+func (switchedReplication) Floor() uint64                 { return 0 }
+func (switchedReplication) Writable() error               { return nil }
+func (switchedReplication) AwaitWritable(<-chan struct{}) {}
+func (switchedReplication) Detach()                       {}
+func (switchedReplication) Status() string                { return "switched" }
 
 // A publish held at a gate that never opened was written to the log but
 // never confirmed. After a restart it stays held: replay does not apply,
@@ -164,5 +167,80 @@ func TestReplayWaitsForTheGate(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the held record was not delivered once the gate passed it")
+	}
+}
+
+// installReplication gives every partition a gate that refuses writes
+// until the test installs it: a cluster's restarted owner before its
+// recovery installed it. arrived says when a publish waits for it.
+type installReplication struct {
+	installed chan struct{}
+	arrived   chan struct{}
+}
+
+func (r installReplication) Attach(string, int, QueueConfig, *wal.Log) ReplicaGate { return r }
+func (installReplication) Wait(<-chan struct{}, uint64) error                      { return nil }
+func (installReplication) Floor() uint64                                           { return 0 }
+func (installReplication) Detach()                                                 {}
+func (installReplication) Status() string                                          { return "installing" }
+
+func (r installReplication) Writable() error {
+	select {
+	case <-r.installed:
+		return nil
+	default:
+		return fmt.Errorf("%w: waits for the cluster to install this node", ErrUnavailable)
+	}
+}
+
+func (r installReplication) AwaitWritable(stop <-chan struct{}) {
+	select {
+	case r.arrived <- struct{}{}:
+	default:
+	}
+	select {
+	case <-r.installed:
+	case <-stop:
+	}
+}
+
+// A publish that arrives while the partition waits to be installed is
+// held until it may be written, then confirmed: it is not refused for
+// arriving early. A publish still held at Close fails.
+func TestPublishWaitsForInstall(t *testing.T) {
+	ctx := testCtx(t)
+	r := installReplication{installed: make(chan struct{}), arrived: make(chan struct{}, 1)}
+	b := openBroker(t, vfs.NewMem(), "data", Options{Replication: r})
+	defer b.Close()
+	declare(t, ctx, b, QueueConfig{Name: "q", Durability: Durable})
+	done := make(chan error, 1)
+	b.PublishAsync("q", Message{Body: []byte("early")}, func(_ Confirm, err error) { done <- err })
+	select {
+	case <-r.arrived:
+	case err := <-done:
+		t.Fatalf("a publish before the install completed at once: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the publish never waited for the install")
+	}
+	close(r.installed)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("a publish held for the install failed once installed: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the held publish never completed")
+	}
+
+	r2 := installReplication{installed: make(chan struct{}), arrived: make(chan struct{}, 1)}
+	b2 := openBroker(t, vfs.NewMem(), "data2", Options{Replication: r2})
+	declare(t, ctx, b2, QueueConfig{Name: "q", Durability: Durable})
+	b2.PublishAsync("q", Message{Body: []byte("held")}, func(_ Confirm, err error) { done <- err })
+	<-r2.arrived
+	if err := b2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil {
+		t.Fatal("a publish held for an install that never came confirmed at Close")
 	}
 }

@@ -38,4 +38,10 @@ type ReplicaGate interface {
 	// error (ErrUnavailable) fails the publish or settle before anything
 	// is written.
 	Writable() error
+	// AwaitWritable returns once Writable would pass, once stop closes,
+	// or once waiting longer is pointless (Writable then says why): a
+	// publish that reaches a cluster's owner while the cluster installs
+	// it (every restart of an owner goes through a recovery) is held
+	// until it may be written instead of refused.
+	AwaitWritable(stop <-chan struct{})
 }

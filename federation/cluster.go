@@ -356,7 +356,7 @@ func ownedKey(queue string, partition int) string { return queue + "/" + strconv
 // retention removes nothing, until the assignment says which copies count.
 func (c *Cluster) Attach(queue string, partition int, cfg appliance.QueueConfig, log *wal.Log) appliance.ReplicaGate {
 	op := &ownedPartition{c: c, queue: queue, partition: partition, key: ownedKey(queue, partition),
-		durability: cfg.Durability, log: log, ready: make(chan struct{}), done: make(chan struct{})}
+		durability: cfg.Durability, log: log, ready: make(chan struct{}), done: make(chan struct{}), fencedCh: make(chan struct{})}
 	op.history, op.dir = c.beginInstance(queue, partition, log)
 	c.mu.Lock()
 	c.owned[op.key] = op

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/federation/control"
@@ -35,6 +36,7 @@ type ownedPartition struct {
 	dir        string        // the log's directory, which holds its history
 	ready      chan struct{} // closed once gate is set
 	done       chan struct{} // closed once the partition is closed
+	fencedCh   chan struct{} // closed once fenced is set
 
 	mu        sync.Mutex          // guards the fields below
 	history   replication.History // this instance's
@@ -212,6 +214,7 @@ func (op *ownedPartition) fenceLocked(why string) {
 		return
 	}
 	op.fenced = why
+	close(op.fencedCh)
 	op.c.fo.setServing(op.queue, false)
 	for _, s := range op.streams {
 		op.c.wg.Add(1)
@@ -232,6 +235,24 @@ func (op *ownedPartition) Writable() error {
 		return fmt.Errorf("%w: partition %s/%d waits for the cluster to install this node as its owner", appliance.ErrUnavailable, op.queue, op.partition)
 	}
 	return nil
+}
+
+// AwaitWritable holds a publish, up to recoveryWait, while the partition
+// waits for the cluster to install this node as its owner: a restarted
+// owner's first publishes wait through its recovery. It returns at once
+// once the partition is installed, fenced (the queue moved; the broker
+// closes it) or closed.
+func (op *ownedPartition) AwaitWritable(stop <-chan struct{}) {
+	t := time.NewTimer(recoveryWait)
+	defer t.Stop()
+	select {
+	case <-op.ready:
+	case <-op.fencedCh:
+	case <-op.done:
+	case <-op.c.stop:
+	case <-stop:
+	case <-t.C:
+	}
 }
 
 // close stops the streams; follow starts none after it.

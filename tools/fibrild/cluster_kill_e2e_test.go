@@ -41,6 +41,7 @@ func TestClusterSurvivesKills(t *testing.T) {
 	t.Logf("owner %s, followers %s %s", owner, f1, f2)
 
 	var confirmed []string
+	pubNode := owner // the node publishes go to, whose log a failure shows
 	publish := func(c *client.Client, phase string, n int) {
 		t.Helper()
 		futures := make([]*client.Future, n)
@@ -49,7 +50,7 @@ func TestClusterSurvivesKills(t *testing.T) {
 		}
 		for i, f := range futures {
 			if _, err := f.Wait(ctx); err != nil {
-				t.Fatalf("%s: publish %d: %v", phase, i, err)
+				t.Fatalf("%s: publish %d: %v\n%s's log:\n%s", phase, i, err, pubNode, cp.procs[pubNode].Log())
 			}
 			confirmed = append(confirmed, fmt.Sprintf("%s-%d", phase, i))
 		}
