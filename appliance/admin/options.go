@@ -47,6 +47,12 @@ type Options struct {
 	// finishes, idles out, or times out), so a burst is delayed, not
 	// refused. Default 64.
 	MaxConnections int
+	// PublishBytesInFlight bounds the publish bodies (POST
+	// /api/queues/{name}/messages, up to 16 MiB each) held at once over
+	// every connection; a publish that does not fit waits up to 10 s for
+	// room, then is refused with 503 busy. Default 64 MiB
+	// (DefaultPublishBytesInFlight).
+	PublishBytesInFlight int64
 	// UI, if set, is mounted at "/" (the dashboard). Default: none.
 	UI http.Handler
 	// ServerConnections reports the wire server's open connections for the
@@ -107,6 +113,9 @@ func (o Options) Validate() error {
 	if o.WriteTimeout != 0 && o.WriteTimeout <= maxGetWait {
 		return fmt.Errorf("admin: WriteTimeout %v does not exceed the longest fetch wait (%v)", o.WriteTimeout, maxGetWait)
 	}
+	if o.PublishBytesInFlight < 0 {
+		return fmt.Errorf("admin: PublishBytesInFlight %d is negative", o.PublishBytesInFlight)
+	}
 	if o.MaxHeaderBytes < 0 || o.MaxConnections < 0 {
 		return fmt.Errorf("admin: MaxHeaderBytes %d or MaxConnections %d is negative", o.MaxHeaderBytes, o.MaxConnections)
 	}
@@ -148,6 +157,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxConnections == 0 {
 		o.MaxConnections = DefaultMaxConnections
+	}
+	if o.PublishBytesInFlight == 0 {
+		o.PublishBytesInFlight = DefaultPublishBytesInFlight
 	}
 	return o
 }

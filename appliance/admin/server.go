@@ -35,6 +35,8 @@ type Server struct {
 	hosts   map[string]struct{} // Options.Hosts, normalised
 	reg     *prometheus.Registry
 	handler http.Handler
+	// publishes bounds the publish bodies held at once (budget.go).
+	publishes *publishBudget
 }
 
 // New builds the admin API for b. Serve it with Handler.
@@ -46,7 +48,8 @@ func New(b *appliance.Broker, opts Options) (*Server, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	s := &Server{b: b, opts: opts, log: opts.Logger, hosts: make(map[string]struct{})}
+	s := &Server{b: b, opts: opts, log: opts.Logger, hosts: make(map[string]struct{}),
+		publishes: newPublishBudget(opts.PublishBytesInFlight)}
 	for _, h := range opts.Hosts {
 		s.hosts[normalHost(h)] = struct{}{}
 	}
@@ -117,7 +120,7 @@ func (s *Server) routes() http.Handler {
 	api("POST /api/queues", s.declareQueue)
 	api("GET /api/queues/{name}", s.getQueue)
 	api("DELETE /api/queues/{name}", s.deleteQueue)
-	api("POST /api/queues/{name}/messages", s.publish)
+	api("POST /api/queues/{name}/messages", s.publishes.wrap(s.publish))
 	api("POST /api/queues/{name}/get", s.get)
 	api("GET /api/settings", s.getSettings)
 	api("PUT /api/settings", s.putSettings)

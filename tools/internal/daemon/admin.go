@@ -61,7 +61,8 @@ func startAdmin(cfg Config, ln net.Listener, b *appliance.Broker, m *admin.Metri
 		return &adminServer{}, nil
 	}
 	opts := admin.Options{Tokens: cfg.Server.Tokens, Hosts: adminHosts(cfg.Admin), MaxConnections: cfg.Admin.MaxConnections,
-		Logger: log, Metrics: m, ServerConnections: srv.Connections, ServerRefused: srv.Refused, ServerStats: serverStats(srv),
+		PublishBytesInFlight: int64(cfg.Admin.PublishBudget),
+		Logger:               log, Metrics: m, ServerConnections: srv.Connections, ServerRefused: srv.Refused, ServerStats: serverStats(srv),
 		UI:      dashboard.Handler(),
 		Version: Version, Bridges: bridges}
 	if cluster != nil {

@@ -74,9 +74,12 @@ type AdminConfig struct {
 	Hosts []string `toml:"hosts" help:"more names the admin API answers to in the Host header (besides localhost, IP addresses, the listen host and the host name), comma-separated"`
 	// MaxConnections bounds the admin connections served at once
 	// (admin.Options.MaxConnections).
-	MaxConnections int    `toml:"max_connections" help:"most admin connections served at once; more wait for one to close (1 to 100000)"`
-	TLSCert        string `toml:"tls_cert" help:"TLS certificate for the admin API (PEM file); with tls_key, serve HTTPS"`
-	TLSKey         string `toml:"tls_key" help:"TLS private key for the admin API (PEM file)"`
+	MaxConnections int `toml:"max_connections" help:"most admin connections served at once; more wait for one to close (1 to 100000)"`
+	// PublishBudget bounds the publish bodies the admin API holds at once
+	// (admin.Options.PublishBytesInFlight).
+	PublishBudget Size   `toml:"publish_budget" help:"most bytes of publish bodies the admin API holds at once, all connections together; more wait up to 10s, then are refused as busy (1MiB to 4GiB)"`
+	TLSCert       string `toml:"tls_cert" help:"TLS certificate for the admin API (PEM file); with tls_key, serve HTTPS"`
+	TLSKey        string `toml:"tls_key" help:"TLS private key for the admin API (PEM file)"`
 }
 
 // StorageConfig is where and how queues are stored.
@@ -241,6 +244,9 @@ func (c Config) valueProblems() []Problem {
 	}
 	if a.MaxConnections < 1 || a.MaxConnections > 100_000 {
 		bad("admin.max_connections", "%d is out of range (1 to 100000)", a.MaxConnections)
+	}
+	if a.PublishBudget < 1<<20 || a.PublishBudget > 4<<30 {
+		bad("admin.publish_budget", "%v is out of range (1MiB to 4GiB)", a.PublishBudget)
 	}
 	if (a.TLSCert == "") != (a.TLSKey == "") {
 		bad("admin.tls_cert", "tls_cert and tls_key go together: set both or neither")

@@ -17,7 +17,7 @@ func TestDefault(t *testing.T) {
 		Server: ServerConfig{Listen: "127.0.0.1:7420", Tokens: []string{}, MaxFrame: 16 << 20, Heartbeat: Duration(10 * time.Second),
 			MaxConnections: 1024, MaxPreHello: 256, MaxPreHelloPerSource: 64, PressureHelloTimeout: Duration(time.Second),
 			DeliveryBudget: 256 << 20, SlowConsumerGrace: Duration(5 * time.Second)},
-		Admin: AdminConfig{Listen: "127.0.0.1:7421", Hosts: []string{}, MaxConnections: 64},
+		Admin: AdminConfig{Listen: "127.0.0.1:7421", Hosts: []string{}, MaxConnections: 64, PublishBudget: 64 << 20},
 		Storage: StorageConfig{DataDir: "./data", SegmentSize: 16 << 20, TailCache: 1 << 20,
 			MinFree: 64 << 20, CheckpointDelay: Duration(30 * time.Second)},
 		Log:     LogConfig{Level: "info", Format: "text"},
@@ -89,6 +89,7 @@ func TestValidate(t *testing.T) {
 		{"admin.hosts", func(c *Config) { c.Admin.Hosts = []string{"fibril.lan:7421"} }},
 		{"admin.hosts", func(c *Config) { c.Admin.Hosts = []string{""} }},
 		{"admin.max_connections", func(c *Config) { c.Admin.MaxConnections = 0 }},
+		{"admin.publish_budget", func(c *Config) { c.Admin.PublishBudget = 512 << 10 }},
 		{"admin.tls_cert", func(c *Config) { c.Admin.TLSKey = "key.pem" }},
 		{"storage.data_dir", func(c *Config) { c.Storage.DataDir = "" }},
 		{"storage.segment_size", func(c *Config) { c.Storage.SegmentSize = 4096 }},
@@ -116,7 +117,7 @@ func TestValidate(t *testing.T) {
 
 func TestSetEveryKey(t *testing.T) {
 	keys := Keys()
-	if len(keys) != 39 {
+	if len(keys) != 40 {
 		t.Fatalf("%d keys: %v", len(keys), keys)
 	}
 	values := map[string]string{
@@ -124,7 +125,7 @@ func TestSetEveryKey(t *testing.T) {
 		"server.tls_key": "k.pem", "server.max_frame": "1MiB", "server.heartbeat": "2s", "server.max_connections": "16",
 		"server.max_pre_hello": "32", "server.max_pre_hello_per_source": "8", "server.pressure_hello_timeout": "250ms",
 		"server.delivery_budget": "8MiB", "server.slow_consumer_grace": "2s",
-		"admin.listen": "127.0.0.1:0", "admin.insecure": "true", "admin.hosts": "fibril.lan, gw", "admin.max_connections": "8",
+		"admin.listen": "127.0.0.1:0", "admin.insecure": "true", "admin.hosts": "fibril.lan, gw", "admin.max_connections": "8", "admin.publish_budget": "2MiB",
 		"admin.tls_cert": "a.pem", "admin.tls_key": "ak.pem", "storage.data_dir": "/tmp/x", "storage.segment_size": "8MiB",
 		"storage.tail_cache": "4KiB", "storage.disk_budget": "10GB", "storage.min_free": "0",
 		"storage.checkpoint_delay": "200ms", "log.level": "debug", "log.format": "json",
@@ -152,7 +153,7 @@ func TestSetEveryKey(t *testing.T) {
 			MaxPreHello: 32, MaxPreHelloPerSource: 8, PressureHelloTimeout: Duration(250 * time.Millisecond),
 			DeliveryBudget: 8 << 20, SlowConsumerGrace: Duration(2 * time.Second)},
 		Admin: AdminConfig{Listen: "127.0.0.1:0", Insecure: true, Hosts: []string{"fibril.lan", "gw"}, MaxConnections: 8,
-			TLSCert: "a.pem", TLSKey: "ak.pem"},
+			PublishBudget: 2 << 20, TLSCert: "a.pem", TLSKey: "ak.pem"},
 		Storage: StorageConfig{DataDir: "/tmp/x", SegmentSize: 8 << 20, TailCache: 4 << 10, DiskBudget: 10e9,
 			CheckpointDelay: Duration(200 * time.Millisecond)},
 		Log: LogConfig{Level: "debug", Format: "json"},
