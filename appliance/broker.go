@@ -153,6 +153,9 @@ func Open(opts Options) (*Broker, error) {
 	}
 	b.settings.Store(&s)
 	cfgs, err := meta.queues()
+	if err == nil && b.solo() {
+		cfgs, err = b.checkLogs(cfgs) // declfile.go
+	}
 	if err != nil {
 		_ = meta.close()
 		return nil, err
@@ -259,12 +262,15 @@ func (b *Broker) Declare(ctx context.Context, c QueueConfig) (DeclareResult, err
 			return DeclareResult{}, err
 		}
 		if merged != *q.cfg() {
-			if err := b.meta.putQueue(merged); err != nil {
+			if err := b.saveDeclaration(merged); err != nil {
 				return DeclareResult{}, err
 			}
 			q.config.Store(&merged)
 		}
 		return declareResult(merged, false), nil
+	}
+	if err := b.refuseOrphan(c.Name); err != nil {
+		return DeclareResult{}, err
 	}
 	cfg := c.WithDefaults()
 	// Each partition's first segment is preallocated whole: the disk
@@ -276,6 +282,11 @@ func (b *Broker) Declare(ctx context.Context, c QueueConfig) (DeclareResult, err
 	}
 	if err := b.meta.putQueue(cfg); err != nil {
 		return DeclareResult{}, err
+	}
+	if b.solo() {
+		if err := writeQueueFile(b.opts.FS, b.queueDir(cfg.Name), cfg); err != nil {
+			return DeclareResult{}, errors.Join(err, b.undoDeclare(cfg.Name))
+		}
 	}
 	q, err := b.openQueue(cfg)
 	if err != nil {
@@ -291,14 +302,14 @@ func (b *Broker) Declare(ctx context.Context, c QueueConfig) (DeclareResult, err
 // the cluster's to remove). A failed declare leaves nothing behind that
 // a restart would show as a failed queue.
 func (b *Broker) undoDeclare(name string) error {
-	if err := b.meta.deleteQueue(name); err != nil {
-		return fmt.Errorf("undo the declaration of %s: %w", name, err)
-	}
-	if b.opts.LogDir != nil {
+	if b.solo() {
+		if err := b.removeQueueLogs(name); err != nil {
+			return fmt.Errorf("undo the declaration of %s: %w", name, err)
+		}
 		return nil
 	}
-	if err := b.opts.FS.RemoveAll(b.queueDir(name)); err != nil {
-		return fmt.Errorf("remove the logs of %s after its failed declare: %w", name, err)
+	if err := b.meta.deleteQueue(name); err != nil {
+		return fmt.Errorf("undo the declaration of %s: %w", name, err)
 	}
 	return nil
 }
@@ -330,15 +341,15 @@ func (b *Broker) DeleteQueue(ctx context.Context, name string) error {
 	if q != nil {
 		q.close(b)
 	}
-	if err := b.meta.deleteQueue(name); err != nil {
-		return err
-	}
-	if b.opts.LogDir != nil {
+	if !b.solo() {
+		if err := b.meta.deleteQueue(name); err != nil {
+			return err
+		}
 		b.log.Info("queue deleted; its logs stay for the cluster", "queue", name)
 		return nil
 	}
-	if err := b.opts.FS.RemoveAll(b.queueDir(name)); err != nil {
-		return fmt.Errorf("remove %s logs: %w", name, err)
+	if err := b.removeQueueLogs(name); err != nil {
+		return fmt.Errorf("delete queue %s: %w", name, err)
 	}
 	b.log.Info("queue deleted", "queue", name)
 	return nil

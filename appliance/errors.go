@@ -3,6 +3,7 @@ package appliance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/fibril-edge/fibril/appliance/wire"
@@ -22,6 +23,9 @@ var (
 	ErrStaleTag     = errors.New("unknown or stale delivery tag")
 	ErrClosed       = errors.New("broker closed")
 	ErrTooLarge     = errors.New("message too large")
+	// ErrOrphanLogs: the data directory holds queue logs that no
+	// declaration in the metadata store names (declfile.go); a conflict.
+	ErrOrphanLogs = fmt.Errorf("%w: queue logs without a declaration", ErrConflict)
 )
 
 // ErrorClass is one entry of the error catalog: the errors that match Err

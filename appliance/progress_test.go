@@ -10,8 +10,8 @@ import (
 	"github.com/fibril-edge/fibril/internal/await"
 )
 
-// slowOpenFS holds every open of a file under match until release closes:
-// a queue whose recovery takes long.
+// slowOpenFS holds every open of a file under match (a partition's log)
+// until release closes: a queue whose recovery takes long.
 type slowOpenFS struct {
 	vfs.FS
 	match   string
@@ -39,7 +39,7 @@ func TestOpenLogsItsProgress(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	slow := slowOpenFS{FS: fs, match: "queues/slow/", release: make(chan struct{})}
+	slow := slowOpenFS{FS: fs, match: "queues/slow/0/", release: make(chan struct{})}
 	log, buf := capturingLogger()
 	opened := make(chan *Broker, 1)
 	go func() {

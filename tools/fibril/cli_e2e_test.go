@@ -8,10 +8,12 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/fibril-edge/fibril/appliance/client"
+	"github.com/fibril-edge/fibril/internal/fibrildproc"
 )
 
 // jsonLines decodes every line of out as a JSON object.
@@ -193,5 +195,49 @@ func TestCLISubWhenFibrildStops(t *testing.T) {
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(stderr.String(), "subscription to jobs ended") {
 		t.Fatalf("sub after fibrild stopped: %v, stderr %q", err, stderr.String())
+	}
+}
+
+// A fibrild whose metadata store is lost refuses to start, naming the
+// queue and fibril recover; fibril recover declares the queue again from
+// its logs, refuses while fibrild runs, and the restarted fibrild serves
+// the queue with its unacked messages.
+func TestCLIRecoverLostMetadata(t *testing.T) {
+	cli, daemonBin := binaries(t)
+	d := startFibrild(t, daemonBin)
+	declareOverWire(t, d.server, client.Queue("ledger").Durable().Partitions(1))
+	fibrilCLI(t, cli, "", nil, "pub", "ledger", "a", "b", "c", "--server", d.server).want(t, 0, "offset=2", "")
+	fibrilCLI(t, cli, "", nil, "recover", d.data).want(t, 1, "", "already running")
+	d.stop(t)
+	if err := os.RemoveAll(filepath.Join(d.data, "meta")); err != nil {
+		t.Fatal(err)
+	}
+	restart := func() (*fibrildproc.Process, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), cliWait)
+		defer cancel()
+		p, err := fibrildproc.Start(ctx, fibrildproc.Options{Bin: daemonBin, DataDir: d.data, StartTimeout: cliWait,
+			Args: []string{"--storage.min_free", "0"}})
+		if p != nil {
+			t.Cleanup(p.Kill)
+		}
+		return p, err
+	}
+	if p, err := restart(); err == nil {
+		t.Fatalf("fibrild started without its metadata store:\n%s", p.Log())
+	} else if !strings.Contains(err.Error(), "fibril recover") || !strings.Contains(err.Error(), "ledger") {
+		t.Fatalf("fibrild without its metadata store: %v; want a refusal naming ledger and fibril recover", err)
+	}
+	fibrilCLI(t, cli, "", nil, "recover", d.data).want(t, 0, "ledger: declared again as it was: durable, 1 partitions", "")
+	fibrilCLI(t, cli, "", nil, "recover", d.data).want(t, 0, "nothing to recover", "")
+	p, err := restart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := fibrilCLI(t, cli, "", nil, "sub", "ledger", "--max", "3", "--server", p.Addr)
+	r.want(t, 0, "c", "")
+	for _, b := range []string{"a", "b", "c"} {
+		if !strings.Contains(r.stdout, b) {
+			t.Fatalf("after recovery sub printed %q; want a, b and c", r.stdout)
+		}
 	}
 }

@@ -46,6 +46,7 @@ var commands = []command{
 		summary: "benchmark the segment log and the storage under it",
 		run:     runLogBench,
 	},
+	{path: []string{"recover"}, summary: "declare again, or remove, queues whose logs lost their metadata (offline)", run: runRecover},
 	{path: []string{"doctor"}, summary: "measure the disk and say what durable and buffered queues cost", run: runDoctor},
 }
 

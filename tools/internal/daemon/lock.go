@@ -17,12 +17,12 @@ const lockFileName = "fibrild.pid"
 // ErrAlreadyRunning: another fibrild holds the data directory.
 var ErrAlreadyRunning = errors.New("already running")
 
-// lockDataDir takes the data directory's lock before anything else is
+// LockDataDir takes the data directory's lock before anything else is
 // opened or bound, and writes this process's pid into it; release lets
 // go. A second fibrild on the same directory fails here, naming the pid
 // that holds it, rather than deep in the metadata store. The lock goes
 // with the process, whatever the way it ends.
-func lockDataDir(dir string) (release func(), err error) {
+func LockDataDir(dir string) (release func(), err error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("data directory %s: %w", dir, err)
 	}

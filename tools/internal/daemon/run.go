@@ -58,7 +58,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	dataDir, _ := filepath.Abs(cfg.Storage.DataDir)
-	unlock, err := lockDataDir(dataDir)
+	unlock, err := LockDataDir(dataDir)
 	if err != nil {
 		return err
 	}
