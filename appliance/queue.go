@@ -54,7 +54,23 @@ type admission struct {
 	mu              sync.Mutex
 	pubs, pubBytes  int64 // admitted, not yet applied or failed
 	drops, dropSize int64 // discarded for room, not yet applied
+	// changed, when set, closes at the next release: a drop-oldest
+	// publish waiting for admitted publishes to become droppable.
+	changed chan struct{}
 }
+
+// releasedLocked wakes the publishes waiting for a release; mu is held.
+func (a *admission) releasedLocked() {
+	if a.changed != nil {
+		close(a.changed)
+		a.changed = nil
+	}
+}
+
+// admitWait bounds how long a drop-oldest publish waits for the publishes
+// ahead of it to be applied, so that it can drop them, before it is
+// refused as queue full.
+const admitWait = 10 * time.Second
 
 type queueCounters struct {
 	published, duplicates, expired, discarded, deadLettered atomic.Int64
@@ -150,13 +166,35 @@ func (q *queue) makeRoom(p *partition, n int64) (reserved bool, err error) {
 	if cfg := q.cfg(); cfg.MaxMessages <= 0 && cfg.MaxBytes <= 0 {
 		return false, nil // no limits: nothing to count, nothing to reserve
 	}
-	drops, err := q.admitWithin(p, n)
-	// The discards are appended after the admission lock is let go: an
-	// append may wait for the applier, whose completions take the lock.
-	for _, d := range drops {
-		q.discardForRoom(d)
+	var deadline <-chan time.Time
+	for {
+		drops, wait, err := q.admitWithin(p, n)
+		// The discards are appended after the admission lock is let go:
+		// an append may wait for the applier, whose completions take the
+		// lock.
+		for _, d := range drops {
+			q.discardForRoom(d)
+		}
+		if wait == nil {
+			return err == nil, err
+		}
+		// Drop-oldest with the room held by publishes not applied yet:
+		// they become droppable once applied. The publisher waits (a
+		// connection stops reading), it is not refused for being fast.
+		if deadline == nil {
+			t := time.NewTimer(admitWait)
+			defer t.Stop()
+			deadline = t.C
+		}
+		select {
+		case <-wait:
+		case <-p.closing:
+			return false, ErrClosed
+		case <-deadline:
+			q.counters.rejectedFull.Add(1)
+			return false, fmt.Errorf("%w: queue %s: nothing ready to drop for %v", ErrQueueFull, q.cfg().Name, admitWait)
+		}
 	}
-	return err == nil, err
 }
 
 // roomDrop is a message drop-oldest discards to make room.
@@ -168,8 +206,11 @@ type roomDrop struct {
 
 // admitWithin checks the queue's limits, counting what is admitted but not
 // applied, and reserves room for one publish of n bytes; under
-// drop-oldest it picks the messages to discard first.
-func (q *queue) admitWithin(p *partition, n int64) ([]roomDrop, error) {
+// drop-oldest it picks the messages to discard first. wait, when set,
+// says that drop-oldest found nothing more ready to drop but publishes
+// admitted or discards appended ahead of this one will change the count:
+// it closes at the next such change, and the publish should try again.
+func (q *queue) admitWithin(p *partition, n int64) (drops []roomDrop, wait <-chan struct{}, err error) {
 	q.admit.mu.Lock()
 	defer q.admit.mu.Unlock()
 	count, bytes := q.size()
@@ -179,11 +220,10 @@ func (q *queue) admitWithin(p *partition, n int64) ([]roomDrop, error) {
 		return (q.cfg().MaxMessages > 0 && count+1 > q.cfg().MaxMessages) ||
 			(q.cfg().MaxBytes > 0 && bytes+n > q.cfg().MaxBytes)
 	}
-	var drops []roomDrop
 	if over() {
 		if q.cfg().Overflow != OverflowDropOldest || (q.cfg().MaxBytes > 0 && n > q.cfg().MaxBytes) {
 			q.counters.rejectedFull.Add(1)
-			return nil, fmt.Errorf("%w: queue %s holds %d messages, %d bytes (limits %d, %d)",
+			return nil, nil, fmt.Errorf("%w: queue %s holds %d messages, %d bytes (limits %d, %d)",
 				ErrQueueFull, q.cfg().Name, count, bytes, q.cfg().MaxMessages, q.cfg().MaxBytes)
 		}
 		// Drop the oldest ready messages, starting with the target partition.
@@ -200,13 +240,19 @@ func (q *queue) admitWithin(p *partition, n int64) ([]roomDrop, error) {
 				bytes -= size
 			}
 		}
+		if over() && (q.admit.pubs > 0 || q.admit.drops > 0) {
+			if q.admit.changed == nil {
+				q.admit.changed = make(chan struct{})
+			}
+			return drops, q.admit.changed, nil
+		}
 		if over() {
 			q.counters.rejectedFull.Add(1)
-			return drops, fmt.Errorf("%w: queue %s: nothing ready to drop", ErrQueueFull, q.cfg().Name)
+			return drops, nil, fmt.Errorf("%w: queue %s: nothing ready to drop", ErrQueueFull, q.cfg().Name)
 		}
 	}
 	q.admit.pubs, q.admit.pubBytes = q.admit.pubs+1, q.admit.pubBytes+n
-	return drops, nil
+	return drops, nil, nil
 }
 
 // discardForRoom appends a drop-oldest discard. Its reservation goes right
@@ -232,6 +278,7 @@ func (q *queue) discardForRoom(d roomDrop) {
 func (q *queue) admitted(n, size int64) {
 	q.admit.mu.Lock()
 	q.admit.pubs, q.admit.pubBytes = q.admit.pubs-n, q.admit.pubBytes-size
+	q.admit.releasedLocked()
 	q.admit.mu.Unlock()
 }
 
@@ -239,6 +286,7 @@ func (q *queue) admitted(n, size int64) {
 func (q *queue) dropped(n, size int64) {
 	q.admit.mu.Lock()
 	q.admit.drops, q.admit.dropSize = q.admit.drops-n, q.admit.dropSize-size
+	q.admit.releasedLocked()
 	q.admit.mu.Unlock()
 }
 
