@@ -63,14 +63,66 @@ type proxyConsumer struct {
 	held   map[uint64]*client.Delivery
 	next   uint64
 	closed bool
+	// paused holds deliveries back from the local connection (the
+	// server's delivery budget paused it); resumed closes when it ends.
+	// waiting counts handlers held there.
+	paused  bool
+	resumed chan struct{}
+	waiting int
 }
 
-var _ server.Consumer = (*proxyConsumer)(nil)
+var (
+	_ server.Consumer = (*proxyConsumer)(nil)
+	_ interface {
+		Pause()
+		Resume()
+	} = (*proxyConsumer)(nil) // the server's delivery budget pauses it
+)
+
+// Pause holds the deliveries the owner sends back from the local
+// connection: the owner stops at the subscription's window, so what a
+// paused proxy holds is bounded by its prefetch.
+func (p *proxyConsumer) Pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.paused && !p.closed {
+		p.paused, p.resumed = true, make(chan struct{})
+	}
+}
+
+// Resume lets held deliveries go on to the local connection.
+func (p *proxyConsumer) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.resumeLocked()
+}
+
+func (p *proxyConsumer) resumeLocked() {
+	if p.paused {
+		p.paused = false
+		close(p.resumed)
+	}
+}
 
 // handle runs on the client's dispatch goroutine, one delivery at a time,
 // in the owner's delivery order.
-func (p *proxyConsumer) handle(_ context.Context, d *client.Delivery) error {
+func (p *proxyConsumer) handle(ctx context.Context, d *client.Delivery) error {
 	p.mu.Lock()
+	for p.paused && !p.closed {
+		resumed := p.resumed
+		p.waiting++
+		p.mu.Unlock()
+		select {
+		case <-resumed:
+		case <-ctx.Done():
+		}
+		p.mu.Lock()
+		p.waiting--
+		if ctx.Err() != nil {
+			p.mu.Unlock()
+			return nil // the consumer is closing: left unsettled for the owner
+		}
+	}
 	if p.closed {
 		p.mu.Unlock()
 		return nil // left unsettled: the owner releases it on unsubscribe
@@ -138,6 +190,7 @@ func (p *proxyConsumer) settle(tags []uint64, apply func(*client.Delivery) error
 func (p *proxyConsumer) Close() {
 	p.mu.Lock()
 	p.closed = true
+	p.resumeLocked()
 	p.held = map[uint64]*client.Delivery{}
 	cons := p.cons
 	p.mu.Unlock()

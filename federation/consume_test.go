@@ -3,6 +3,7 @@ package federation
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -95,4 +96,56 @@ func TestConsumeThroughAnyNode(t *testing.T) {
 		}
 	}
 	waitMessages(0)
+}
+
+// A proxied subscription is paused by the delivery budget like a local
+// one: while paused the owner's deliveries are held back from the local
+// connection, and they go on, in order, once it resumes; closing a paused
+// proxy lets its held handlers go without delivering.
+func TestProxyConsumerPauses(t *testing.T) {
+	delivered := make(chan string, 4)
+	p := &proxyConsumer{deliver: func(d appliance.Delivery) { delivered <- string(d.Body) },
+		held: map[uint64]*client.Delivery{}, log: slog.New(slog.DiscardHandler)}
+	p.Pause()
+	handled := make(chan struct{})
+	go func() {
+		defer close(handled)
+		for _, b := range []string{"one", "two"} {
+			if err := p.handle(context.Background(), &client.Delivery{Body: []byte(b)}); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	await.Until(t, ctx, "the handler to be held by the pause", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.waiting == 1
+	})
+	if len(delivered) != 0 {
+		t.Fatal("a paused proxy delivered")
+	}
+	p.Resume()
+	for _, want := range []string{"one", "two"} {
+		select {
+		case got := <-delivered:
+			if got != want {
+				t.Fatalf("delivered %q, want %q", got, want)
+			}
+		case <-ctx.Done():
+			t.Fatal("a resumed proxy did not deliver")
+		}
+	}
+	<-handled
+
+	p.Pause()
+	held := make(chan struct{})
+	go func() { defer close(held); _ = p.handle(context.Background(), &client.Delivery{Body: []byte("late")}) }()
+	await.Until(t, ctx, "the handler to be held", func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.waiting == 1 })
+	p.Close()
+	<-held
+	if len(delivered) != 0 {
+		t.Fatal("a closed proxy delivered what it held")
+	}
 }
