@@ -214,8 +214,14 @@ type answer struct {
 // roundTrip sends a request and waits for its answer. If ctx ends first
 // the request may still take effect.
 func (c *Client) roundTrip(ctx context.Context, f wire.Frame, corr *uint64) (wire.Frame, error) {
+	return c.roundTripChecked(ctx, f, corr, nil)
+}
+
+// roundTripChecked is roundTrip with check asked of the connection before
+// the request goes on it (send).
+func (c *Client) roundTripChecked(ctx context.Context, f wire.Frame, corr *uint64, check func(*conn) error) (wire.Frame, error) {
 	ch := make(chan answer, 1)
-	err := c.send(ctx, true, f, corr, nil, func(f wire.Frame, err error) { ch <- answer{f, err} })
+	err := c.send(ctx, true, f, corr, check, func(f wire.Frame, err error) { ch <- answer{f, err} })
 	if err != nil {
 		return nil, err
 	}

@@ -53,6 +53,7 @@ type conn struct {
 	r        *wire.Reader // reader goroutine only
 	w        *wire.Writer // writer goroutine only
 	session  uint64
+	version  uint16 // the protocol version the broker chose
 	server   string
 	maxFrame int
 	sendIdle time.Duration // send a Heartbeat after this much silence; 0: never
@@ -88,6 +89,7 @@ func newConn(c *Client, addr string, nc net.Conn, r *wire.Reader, w *wire.Writer
 		w:        w,
 		session:  ok.SessionID,
 		server:   ok.ServerName,
+		version:  ok.Version,
 		maxFrame: w.MaxFrame(),
 		out:      make(chan outFrame, outQueue),
 		wake:     make(chan struct{}, 1),

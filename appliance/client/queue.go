@@ -132,6 +132,28 @@ func (q QueueConfig) DedupeWindow(d time.Duration) QueueConfig {
 	return q
 }
 
+// DedupeMaxEntries bounds the ids each partition's dedupe table holds;
+// past it the oldest are forgotten early. Needs a broker speaking
+// protocol version 3.
+func (q QueueConfig) DedupeMaxEntries(n int64) QueueConfig {
+	if n < 1 {
+		return q.bad(fmt.Sprintf("dedupe max entries %d (want at least 1)", n))
+	}
+	q.d.DedupeMaxEntries = uint64(n)
+	return q
+}
+
+// DedupeMaxBytes bounds the bytes each partition's dedupe table holds
+// (its ids plus a fixed cost each; 1 MiB to 1 GiB); past it the oldest
+// are forgotten early. Needs a broker speaking protocol version 3.
+func (q QueueConfig) DedupeMaxBytes(n int64) QueueConfig {
+	if n < 1 {
+		return q.bad(fmt.Sprintf("dedupe max bytes %d (want at least 1)", n))
+	}
+	q.d.DedupeMaxBytes = uint64(n)
+	return q
+}
+
 // String prints the declaration's specified settings.
 func (q QueueConfig) String() string {
 	var b strings.Builder
@@ -146,6 +168,7 @@ func (q QueueConfig) String() string {
 		{"partitions", uint64(q.d.Partitions)}, {"max-deliveries", uint64(q.d.MaxDeliveries)},
 		{"ack-deadline-ms", uint64(q.d.AckDeadlineMillis)}, {"max-bytes", q.d.MaxBytes},
 		{"max-messages", q.d.MaxMessages}, {"dedupe-window-ms", uint64(q.d.DedupeWindowMillis)},
+		{"dedupe-max-entries", q.d.DedupeMaxEntries}, {"dedupe-max-bytes", q.d.DedupeMaxBytes},
 	} {
 		if s.v != 0 {
 			fmt.Fprintf(&b, " %s=%d", s.name, s.v)
@@ -216,7 +239,13 @@ func (c *Client) DeclareQueue(ctx context.Context, q QueueConfig) (DeclareResult
 		return DeclareResult{}, err
 	}
 	d := q.d // a copy: the request owns its frame
-	f, err := c.roundTrip(ctx, &d, &d.Corr)
+	f, err := c.roundTripChecked(ctx, &d, &d.Corr, func(cn *conn) error {
+		if (d.DedupeMaxEntries != 0 || d.DedupeMaxBytes != 0) && cn.version < 3 {
+			return fmt.Errorf("%w: the broker speaks protocol version %d, which cannot carry dedupe bounds (version 3 can)",
+				ErrInvalid, cn.version)
+		}
+		return nil
+	})
 	if err != nil {
 		return DeclareResult{}, fmt.Errorf("client: declare %s: %w", q.d.Queue, err)
 	}

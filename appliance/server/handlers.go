@@ -87,6 +87,9 @@ func (c *conn) declare(f *wire.Declare) wire.Frame {
 		MaxMessages:   int64(f.MaxMessages),
 		Overflow:      appliance.Overflow(f.Overflow),
 		DedupeWindow:  time.Duration(f.DedupeWindowMillis) * time.Millisecond,
+		// Version 3: 0 (and so the broker's defaults) from older clients.
+		DedupeMaxEntries: int64(min(f.DedupeMaxEntries, math.MaxInt64)),
+		DedupeMaxBytes:   int64(min(f.DedupeMaxBytes, math.MaxInt64)),
 	})
 	if err != nil {
 		return c.errorFrame(f.Corr, err)

@@ -157,9 +157,16 @@ func (c *client) read() wire.Frame {
 	}
 }
 
+// readErr reads the next frame; a HelloOK sets the version it settled on
+// the connection, as a client must.
 func (c *client) readErr() (wire.Frame, error) {
 	c.nc.SetReadDeadline(time.Now().Add(waitLimit))
-	return c.r.ReadFrame()
+	f, err := c.r.ReadFrame()
+	if ok, isOK := f.(*wire.HelloOK); isOK {
+		c.r.SetVersion(ok.Version)
+		c.w.SetVersion(ok.Version)
+	}
+	return f, err
 }
 
 // expectClosed reads until the server closes the connection and returns

@@ -30,7 +30,7 @@ var specs = [256]frameSpec{
 	TypeError:        {"Error", 8 + 2 + 2, false, decodeError},
 	TypeHeartbeat:    {"Heartbeat", 0, true, decodeHeartbeat},
 	TypeGoodbye:      {"Goodbye", 2, false, decodeGoodbye},
-	TypeDeclare:      {"Declare", 8 + 2 + 1 + 2 + 2 + 4 + 4 + 8 + 8 + 1 + 4, false, decodeDeclare},
+	TypeDeclare:      {"Declare", 8 + 2 + 1 + 2 + 2 + 4 + 4 + 8 + 8 + 1 + 4 + 8 + 8, false, decodeDeclare},
 	TypeDeclared:     {"Declared", 8 + 2 + 1 + 2 + 1 + 2, false, decodeDeclared},
 	TypePublish:      {"Publish", 8 + 2 + 2 + 2 + 2 + 4, false, decodePublish},
 	TypeConfirm:      {"Confirm", 8 + 2 + 8 + 1, true, decodeConfirm},
@@ -49,10 +49,17 @@ var specs = [256]frameSpec{
 // (u64) and an empty Key (u16).
 const deliverV2Bytes = 8 + 2
 
+// declareV3Bytes is what version 3 added to the zero Declare: the dedupe
+// table's bounds (two u64).
+const declareV3Bytes = 8 + 8
+
 // minBody is the body of the zero-valued frame of type t in version v.
 func minBody(t FrameType, v uint16) int {
-	if t == TypeDeliver && v < 2 {
+	switch {
+	case t == TypeDeliver && v < 2:
 		return specs[t].minBody - deliverV2Bytes
+	case t == TypeDeclare && v < 3:
+		return specs[t].minBody - declareV3Bytes
 	}
 	return specs[t].minBody
 }

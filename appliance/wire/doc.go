@@ -30,9 +30,11 @@
 // # Versions
 //
 // Versions 1 and 2 differ in one frame: a version 2 Deliver adds
-// Incarnation after Offset and Key after MessageID. A Reader and a Writer
-// use version 2's layout until SetVersion gives them the version HelloOK
-// settled for the connection (Hello and HelloOK are the same in both).
+// Incarnation after Offset and Key after MessageID. Version 3 adds
+// DedupeMaxEntries and DedupeMaxBytes at the end of Declare. A Reader and
+// a Writer use version 3's layout until SetVersion gives them the version
+// HelloOK settled for the connection (Hello and HelloOK are the same in
+// all).
 //
 // # Invariants
 //

@@ -3,18 +3,19 @@ package wire
 import "fmt"
 
 // Version is the newest protocol version this package speaks, MinVersion
-// the oldest. Version 2 adds Incarnation and Key to Deliver; every other
-// frame is the same in both. A Reader and a Writer use Version until told
-// the version a connection settled on (SetVersion).
+// the oldest. Version 2 adds Incarnation and Key to Deliver, version 3
+// the dedupe table's bounds to Declare; every other frame is the same in
+// all three. A Reader and a Writer use Version until told the version a
+// connection settled on (SetVersion).
 const (
-	Version    uint16 = 2
+	Version    uint16 = 3
 	MinVersion uint16 = 1
 )
 
 // FrameType is the byte after a frame's length.
 type FrameType uint8
 
-// Frame types of versions 1 and 2. 0x0_ is the session, 0x1_ declaring,
+// Frame types of versions 1 to 3. 0x0_ is the session, 0x1_ declaring,
 // 0x2_ publishing, 0x3_ consuming. Type 0 is never valid.
 const (
 	TypeHello        FrameType = 0x01 // client → server, first frame

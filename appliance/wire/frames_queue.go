@@ -17,11 +17,17 @@ type Declare struct {
 	MaxMessages        uint64
 	Overflow           Overflow
 	DedupeWindowMillis uint32
+	// DedupeMaxEntries and DedupeMaxBytes bound each partition's dedupe
+	// table (0: the broker's defaults); version 3 and later.
+	DedupeMaxEntries uint64
+	DedupeMaxBytes   uint64
 }
 
 func (*Declare) Type() FrameType { return TypeDeclare }
 
-func (f *Declare) AppendBody(b []byte) []byte {
+func (f *Declare) AppendBody(b []byte) []byte { return f.appendBodyVersion(b, Version) }
+
+func (f *Declare) appendBodyVersion(b []byte, v uint16) []byte {
 	b = appendU64(b, f.Corr)
 	b = appendString(b, f.Queue)
 	b = appendU8(b, uint8(f.Durability))
@@ -32,7 +38,12 @@ func (f *Declare) AppendBody(b []byte) []byte {
 	b = appendU64(b, f.MaxBytes)
 	b = appendU64(b, f.MaxMessages)
 	b = appendU8(b, uint8(f.Overflow))
-	return appendU32(b, f.DedupeWindowMillis)
+	b = appendU32(b, f.DedupeWindowMillis)
+	if v >= 3 {
+		b = appendU64(b, f.DedupeMaxEntries)
+		b = appendU64(b, f.DedupeMaxBytes)
+	}
+	return b
 }
 
 func (f *Declare) Validate() error {
@@ -57,6 +68,10 @@ func decodeDeclare(d decoder) (Frame, error) {
 		MaxMessages:        d.u64("MaxMessages"),
 		Overflow:           Overflow(d.enum("Overflow", 0, uint8(OverflowDropOldest))),
 		DedupeWindowMillis: d.u32("DedupeWindowMillis"),
+	}
+	if d.version >= 3 {
+		f.DedupeMaxEntries = d.u64("DedupeMaxEntries")
+		f.DedupeMaxBytes = d.u64("DedupeMaxBytes")
 	}
 	return f, d.finish()
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // FuzzReadFrame feeds arbitrary bytes to a Reader, at every protocol
-// version (a Deliver's layout differs between them). It must never panic;
+// version (the layouts of Deliver and Declare differ between them). It must never panic;
 // it must allocate in proportion to the bytes it was given, however large
 // the lengths and counts those bytes claim; every error must be io.EOF,
 // io.ErrUnexpectedEOF or a protocol error; and every frame it returns must

@@ -12,7 +12,7 @@ import (
 func TestMalformedFrames(t *testing.T) {
 	declare := func(durability, overflow uint8) []byte {
 		return raw(TypeDeclare, u64(1), str("q"), u8(durability), u16(0), str(""),
-			u32(0), u32(0), u64(0), u64(0), u8(overflow), u32(0))
+			u32(0), u32(0), u64(0), u64(0), u8(overflow), u32(0), u64(0), u64(0))
 	}
 	cases := []struct {
 		name  string
