@@ -34,7 +34,7 @@ func changelog(version string, when time.Time) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "fibril (%s) unstable; urgency=medium\n\n", version)
 	fmt.Fprintf(&b, "  * Fibril %s.\n  * Changes: https://github.com/fibril-edge/fibril/commits\n\n", version)
-	fmt.Fprintf(&b, " -- Fibril maintainers <maintainers@fibril-edge.invalid>  %s\n", when.UTC().Format("Mon, 02 Jan 2006 15:04:05 -0700"))
+	fmt.Fprintf(&b, " -- Fibril developers <fibril-edge@users.noreply.github.com>  %s\n", when.UTC().Format("Mon, 02 Jan 2006 15:04:05 -0700"))
 	return b.Bytes()
 }
 

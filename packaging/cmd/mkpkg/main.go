@@ -123,11 +123,11 @@ func buildPackage(format, arch, version, build, docs, dist string) (string, erro
 		Release:       "1",
 		Section:       "net",
 		Priority:      "optional",
-		Maintainer:    "Fibril maintainers <maintainers@fibril-edge.invalid>",
+		Maintainer:    "Fibril developers <fibril-edge@users.noreply.github.com>",
 		Description:   description,
 		Vendor:        "Fibril",
 		Homepage:      "https://github.com/fibril-edge/fibril",
-		License:       "Proprietary",
+		License:       "Apache-2.0",
 		Overridables: nfpm.Overridables{
 			Contents: contents(filepath.Join(build, arch), filepath.Join(build, "completions"), docs),
 			Scripts: nfpm.Scripts{
