@@ -81,7 +81,7 @@ func TestAdminCommands(t *testing.T) {
 	runCLI("settings", "set", "nope=1").want(t, 3, "", "no setting \"nope\"")
 	runCLI("settings", "set", "novalue").want(t, 2, "", "KEY=VALUE")
 
-	runCLI("queue", "rm", "clicks").want(t, 0, "deleted clicks", "")
+	runCLI("queue", "rm", "clicks", "--force").want(t, 0, "deleted clicks", "")
 	runCLI("queue", "rm", "clicks").want(t, 3, "", "not found")
 	runCLI("queue", "ls", "--token", "wrong").want(t, 1, "", "FIBRIL_TOKEN")
 }

@@ -117,7 +117,10 @@ func TestCLIAdmin(t *testing.T) {
 	run("settings", "set", "no.such=1").want(t, 3, "", "no setting")
 	run("settings", "get", "no.such").want(t, 3, "", "no setting")
 
-	run("queue", "rm", "clicks").want(t, 0, "deleted clicks", "")
+	run("pub", "clicks", "kept").want(t, 0, "", "")
+	run("queue", "rm", "clicks").want(t, 1, "", "pass --force")
+	run("queue", "info", "clicks").want(t, 0, "buffered", "")
+	run("queue", "rm", "clicks", "--force").want(t, 0, "deleted clicks", "")
 	run("queue", "rm", "clicks").want(t, 3, "", "")
 	fibrilCLI(t, cli, "", nil, "queue", "ls", "--admin", "http://"+closedPort(t)).want(t, 1, "", "cannot reach fibrild's admin API")
 }

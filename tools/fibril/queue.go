@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -44,10 +46,14 @@ docs/cluster.md); it implies the mode. Flags not given are left to the
 broker's defaults.
 `
 
-const queueRmHelp = `Usage: fibril queue rm NAME [flags]
+const queueRmHelp = `Usage: fibril queue rm NAME [--force] [flags]
 
 Deletes a queue and its messages through the admin HTTP API
-(DELETE /api/queues/NAME). Exit status 3 if there is no such queue.
+(DELETE /api/queues/NAME). A queue that still holds messages is deleted
+only once you answer y to the question (on a terminal), or with --force;
+without a terminal and without --force it is left as it is (exit status
+1). An empty queue is deleted without asking. Exit status 3 if there is
+no such queue.
 `
 
 // queueAPIPath is the admin API path of one queue.
@@ -231,12 +237,26 @@ func runQueueDeclare(ctx context.Context, args []string, stdout, stderr io.Write
 // runQueueRm is "fibril queue rm".
 func runQueueRm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := pflag.NewFlagSet("fibril queue rm", pflag.ContinueOnError)
+	force := fs.BoolP("force", "f", false, "delete a queue that holds messages without asking")
 	var conn connFlags
 	api, done, err := adminArgs(fs, &conn, queueRmHelp, args, stdout, 1, 1, "NAME")
 	if done || err != nil {
 		return err
 	}
 	name := fs.Arg(0)
+	if !*force {
+		var q struct {
+			Messages int64 `json:"messages"`
+		}
+		if err := api.do(ctx, "GET", queueAPIPath(name), nil, &q); err != nil {
+			return fmt.Errorf("delete %s: %w", name, err)
+		}
+		if q.Messages > 0 {
+			if err := confirmDelete(name, q.Messages, stderr); err != nil {
+				return err
+			}
+		}
+	}
 	if err := api.do(ctx, "DELETE", queueAPIPath(name), nil, nil); err != nil {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
@@ -245,6 +265,20 @@ func runQueueRm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	_, err = fmt.Fprintf(stdout, "deleted %s\n", name)
 	return err
+}
+
+// confirmDelete asks on the terminal whether to delete a queue holding
+// messages; without a terminal it refuses, pointing at --force.
+func confirmDelete(name string, messages int64, stderr io.Writer) error {
+	if !isTerminal(os.Stdin) {
+		return fmt.Errorf("queue %s holds %d messages; pass --force to delete it with them", name, messages)
+	}
+	fmt.Fprintf(stderr, "Delete queue %s and its %d messages? [y/N] ", name, messages)
+	answer, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+	if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+		return fmt.Errorf("queue %s left as it is", name)
+	}
+	return nil
 }
 
 // writeRawJSON prints an API answer compacted to one line.
