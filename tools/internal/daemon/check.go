@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"reflect"
 	"sort"
 	"strings"
 
@@ -46,8 +47,15 @@ func Check(data []byte) []Problem {
 	var problems []Problem
 	lines := make(map[string]int, len(entries))
 	cfg := Default()
+	durations := durationKeys()
 	for _, e := range entries {
 		lines[e.key] = e.line
+		if e.integer && durations[e.key] {
+			// A bare number would be read as nanoseconds.
+			problems = append(problems, Problem{Line: e.line, Key: e.key,
+				Msg: "a bare number is not a duration: write it with its unit, such as \"10s\" or \"500ms\""})
+			continue
+		}
 		// Decode the key alone over what the earlier keys set, so one bad
 		// value does not hide the next.
 		next := cfg
@@ -91,9 +99,10 @@ func Check(data []byte) []Problem {
 // entry is one key = value line of a config file, as a document of its
 // own (under its table header) that decodes alone.
 type entry struct {
-	key  string
-	line int
-	doc  []byte
+	key     string
+	line    int
+	doc     []byte
+	integer bool // the value is a bare TOML integer
 }
 
 // scanEntries lists a file's key/value expressions, or returns its syntax
@@ -121,7 +130,8 @@ func scanEntries(data []byte) ([]entry, *Problem) {
 			}
 			doc.Write(p.Raw(n.Raw))
 			doc.WriteString("\n")
-			entries = append(entries, entry{key: key, line: p.Shape(n.Raw).Start.Line, doc: doc.Bytes()})
+			entries = append(entries, entry{key: key, line: p.Shape(n.Raw).Start.Line, doc: doc.Bytes(),
+				integer: n.Value().Kind == unstable.Integer})
 		}
 	}
 	if err := p.Error(); err != nil {
@@ -175,4 +185,15 @@ func keyError(err error) string {
 		return strings.TrimPrefix(decodeErr.Error(), "toml: ")
 	}
 	return err.Error()
+}
+
+// durationKeys names the keys whose values are durations.
+func durationKeys() map[string]bool {
+	keys := map[string]bool{}
+	walkKeys(reflect.ValueOf(Default()), func(name string, f reflect.StructField, _ reflect.Value) {
+		if f.Type == reflect.TypeFor[Duration]() {
+			keys[name] = true
+		}
+	})
+	return keys
 }

@@ -84,8 +84,8 @@ func (c ClusterConfig) peers() ([]federation.Peer, error) {
 		if !ok || id == "" {
 			return nil, fmt.Errorf("peer %q: want id@host:port", p)
 		}
-		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
-			return nil, fmt.Errorf("peer %q: %q is not a host:port address", p, addr)
+		if !validHostPort(addr) {
+			return nil, fmt.Errorf("peer %q: %q is not a host:port address (port 0 to 65535)", p, addr)
 		}
 		out = append(out, federation.Peer{ID: id, Addr: addr})
 	}
@@ -102,11 +102,11 @@ func (c Config) clusterProblems() []Problem {
 	bad := func(key, format string, args ...any) {
 		problems = append(problems, Problem{Key: key, Msg: fmt.Sprintf(format, args...)})
 	}
-	if _, port, err := net.SplitHostPort(cl.Listen); err != nil || port == "" {
-		bad("cluster.listen", "%q is not a host:port address", cl.Listen)
+	if !validHostPort(cl.Listen) {
+		bad("cluster.listen", "%q is not a host:port address (port 0 to 65535)", cl.Listen)
 	}
 	if cl.Advertise != "" {
-		if _, port, err := net.SplitHostPort(cl.Advertise); err != nil || port == "" || port == "0" {
+		if _, port, _ := net.SplitHostPort(cl.Advertise); !validHostPort(cl.Advertise) || port == "0" {
 			bad("cluster.advertise", "%q is not a host:port address with a fixed port", cl.Advertise)
 		}
 	}

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"reflect"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -197,10 +199,16 @@ func (c Config) valueProblems() []Problem {
 		problems = append(problems, Problem{Key: key, Msg: fmt.Sprintf(format, args...)})
 	}
 	checkAddr := func(key, addr string) {
-		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
-			bad(key, "%q is not a host:port address", addr)
+		if !validHostPort(addr) {
+			bad(key, "%q is not a host:port address (port 0 to 65535)", addr)
 		}
 	}
+	// Sizes are never negative (a TOML integer skips the text parser).
+	walkKeys(reflect.ValueOf(c), func(name string, _ reflect.StructField, v reflect.Value) {
+		if v.Type() == reflect.TypeFor[Size]() && v.Int() < 0 {
+			bad(name, "%d is negative: a size is 0 or more bytes", v.Int())
+		}
+	})
 	s := c.Server
 	checkAddr("server.listen", s.Listen)
 	for i, t := range s.Tokens {
@@ -278,4 +286,15 @@ func (c Config) valueProblems() []Problem {
 	}
 	problems = append(problems, c.clusterProblems()...)
 	return append(problems, c.bridgeProblems()...)
+}
+
+// validHostPort reports whether addr is host:port with a numeric port
+// from 0 to 65535 (0: pick a free one).
+func validHostPort(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 0 && n <= 65535
 }
