@@ -196,29 +196,36 @@ func TestDeliverVersions(t *testing.T) {
 			Headers: []Header{{"k", "v"}}, Body: []byte("body")}},
 		{2, v2, d},
 	} {
-		var buf bytes.Buffer
-		w := NewWriter(&buf, Options{})
-		w.SetVersion(tc.version)
-		if err := w.WriteFrame(d); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(buf.Bytes(), tc.bytes) {
-			t.Fatalf("version %d Deliver:\n got % x\nwant % x", tc.version, buf.Bytes(), tc.bytes)
-		}
-		r := NewReader(bytes.NewReader(tc.bytes), Options{})
-		r.SetVersion(tc.version)
-		got, err := r.ReadFrame()
-		if err != nil || !reflect.DeepEqual(got, tc.want) {
-			t.Fatalf("version %d reads %+v (%v), want %+v", tc.version, got, err, tc.want)
-		}
-		other := NewReader(bytes.NewReader(tc.bytes), Options{})
-		other.SetVersion(3 - tc.version)
-		if f, err := other.ReadFrame(); !errors.Is(err, ErrMalformed) {
-			t.Fatalf("a version %d Deliver read as version %d: %+v, %v", tc.version, 3-tc.version, f, err)
-		}
+		checkLayout(t, d, tc.version, 3-tc.version, tc.bytes, tc.want)
+	}
+}
+
+// checkLayout writes f in version v's layout and wants exactly b; reads b
+// back as version v and wants want; and wants b malformed in version
+// other.
+func checkLayout(t *testing.T, f Frame, v, other uint16, b []byte, want Frame) {
+	t.Helper()
+	var buf bytes.Buffer
+	w := NewWriter(&buf, Options{})
+	w.SetVersion(v)
+	if err := w.WriteFrame(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf.Bytes(), b) {
+		t.Fatalf("version %d %s:\n got % x\nwant % x", v, f.Type(), buf.Bytes(), b)
+	}
+	r := NewReader(bytes.NewReader(b), Options{})
+	r.SetVersion(v)
+	if got, err := r.ReadFrame(); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("version %d reads %+v (%v), want %+v", v, got, err, want)
+	}
+	o := NewReader(bytes.NewReader(b), Options{})
+	o.SetVersion(other)
+	if got, err := o.ReadFrame(); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("a version %d %s read as version %d: %+v, %v", v, f.Type(), other, got, err)
 	}
 }
 
@@ -301,27 +308,6 @@ func TestDeclareVersions(t *testing.T) {
 		bytes          []byte
 		want           *Declare
 	}{{2, 3, v2, &old}, {3, 2, v3, d}} {
-		var buf bytes.Buffer
-		w := NewWriter(&buf, Options{})
-		w.SetVersion(tc.version)
-		if err := w.WriteFrame(d); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(buf.Bytes(), tc.bytes) {
-			t.Fatalf("version %d Declare:\n got % x\nwant % x", tc.version, buf.Bytes(), tc.bytes)
-		}
-		r := NewReader(bytes.NewReader(tc.bytes), Options{})
-		r.SetVersion(tc.version)
-		if got, err := r.ReadFrame(); err != nil || !reflect.DeepEqual(got, tc.want) {
-			t.Fatalf("version %d reads %+v (%v), want %+v", tc.version, got, err, tc.want)
-		}
-		other := NewReader(bytes.NewReader(tc.bytes), Options{})
-		other.SetVersion(tc.other)
-		if f, err := other.ReadFrame(); !errors.Is(err, ErrMalformed) {
-			t.Fatalf("a version %d Declare read as version %d: %+v, %v", tc.version, tc.other, f, err)
-		}
+		checkLayout(t, d, tc.version, tc.other, tc.bytes, tc.want)
 	}
 }

@@ -22,16 +22,10 @@ func TestPipelinedBurstsAreNeverRefused(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs fibrild and writes about 500 MB")
 	}
-	bin := buildDaemon(t)
-	p := startDaemon(t, bin, "--storage.data_dir", t.TempDir(), "--server.listen", "127.0.0.1:0",
-		"--admin.listen", "127.0.0.1:0", "--storage.min_free", "0")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	c, err := client.Dial(ctx, p.addr, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	p := startSolo(t)
+	c := dialClient(t, ctx, p)
 	for _, tc := range []struct {
 		queue string
 		q     client.QueueConfig
@@ -76,6 +70,24 @@ func TestPipelinedBurstsAreNeverRefused(t *testing.T) {
 	}
 }
 
+// startSolo runs fibrild on a fresh data directory, its admin API on.
+func startSolo(t *testing.T) *daemonProcess {
+	t.Helper()
+	return startDaemon(t, buildDaemon(t), "--storage.data_dir", t.TempDir(), "--server.listen", "127.0.0.1:0",
+		"--admin.listen", "127.0.0.1:0", "--storage.min_free", "0")
+}
+
+// dialClient connects a client to p, closed when the test ends.
+func dialClient(t *testing.T, ctx context.Context, p *daemonProcess) *client.Client {
+	t.Helper()
+	c, err := client.Dial(ctx, p.addr, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // queueHolds is GET /api/queues/{queue}'s unsettled messages and the
 // bytes they count against the queue's limits.
 func queueHolds(t *testing.T, admin, queue string) (messages, bytes int64) {
@@ -103,20 +115,13 @@ func TestLimitsHoldUnderConcurrentPublishers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs fibrild")
 	}
-	bin := buildDaemon(t)
-	p := startDaemon(t, bin, "--storage.data_dir", t.TempDir(), "--server.listen", "127.0.0.1:0",
-		"--admin.listen", "127.0.0.1:0", "--storage.min_free", "0")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	p := startSolo(t)
 	const publishers, each, body = 4, 500, 1000
 	clients := make([]*client.Client, publishers)
 	for i := range clients {
-		c, err := client.Dial(ctx, p.addr, client.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		clients[i] = c
+		clients[i] = dialClient(t, ctx, p)
 	}
 	// burst has every client publish each messages at once and counts
 	// the confirms and the queue-full refusals.

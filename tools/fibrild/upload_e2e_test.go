@@ -24,16 +24,10 @@ func TestAdminUploadsStayWithinTheBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs fibrild and uploads about 300 MB")
 	}
-	bin := buildDaemon(t)
-	p := startDaemon(t, bin, "--storage.data_dir", t.TempDir(), "--server.listen", "127.0.0.1:0",
-		"--admin.listen", "127.0.0.1:0", "--storage.min_free", "0")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c, err := client.Dial(ctx, p.addr, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	p := startSolo(t)
+	c := dialClient(t, ctx, p)
 	if _, err := c.DeclareQueue(ctx, client.Queue("uploads").Buffered()); err != nil {
 		t.Fatal(err)
 	}
