@@ -17,9 +17,11 @@ import (
 
 // consumer is what the core asks of a subscription: credit, which the
 // subscription shares with its other partitions, so the core reserves it
-// one delivery at a time and gives back a reservation it could not use.
+// one delivery at a time, only for a message that is there (hasCredit
+// asks without reserving), and gives back a reservation it could not use.
 type consumer interface {
 	comparable
+	hasCredit() bool
 	takeCredit() bool
 	returnCredit()
 }
@@ -64,11 +66,22 @@ func (c *dispatchCore[C]) dispatch(now time.Time, ackDeadline time.Duration, new
 		for range c.subs {
 			sub := c.subs[c.rr%len(c.subs)]
 			c.rr++
+			// Credit is taken only for a message that is there: credit
+			// is shared by every partition of a subscription, and credit
+			// taken and given back here would hide it, for that moment,
+			// from another partition's dispatch, which would then sleep
+			// with a message ready and nothing to wake it.
+			if c.st.oldestReady() == nil {
+				if sub.hasCredit() {
+					return out // its turn passes with nothing offered
+				}
+				continue
+			}
 			if !sub.takeCredit() {
 				continue
 			}
 			m := c.st.nextReady()
-			if m == nil {
+			if m == nil { // oldestReady saw one: not reached
 				sub.returnCredit()
 				return out
 			}

@@ -16,13 +16,17 @@ import (
 type testConsumer struct {
 	name   string
 	credit int
+	taken  int // reservations made, given back or not
 }
+
+func (c *testConsumer) hasCredit() bool { return c.credit > 0 }
 
 func (c *testConsumer) takeCredit() bool {
 	if c.credit <= 0 {
 		return false
 	}
 	c.credit--
+	c.taken++
 	return true
 }
 
@@ -345,5 +349,22 @@ func TestDropRange(t *testing.T) {
 	a.credit = 5
 	if got := describe(c.dispatch(t0, time.Second, tags)); !slices.Equal(got, []string{"a:4/1", "a:5/1"}) {
 		t.Fatalf("after the drop dispatched %v", got)
+	}
+}
+
+// A partition with nothing ready reserves none of a subscription's
+// credit, not even for a moment: the credit is shared with the
+// subscription's other partitions, and one that found it reserved would
+// sleep with a message ready and nothing to wake it (a stall until the
+// next lease deadline, seen as a 30 s wait and a stale tag).
+func TestDispatchWithNothingReadyTakesNoCredit(t *testing.T) {
+	c, tags := newTestCore(t, 0)
+	a := &testConsumer{name: "a", credit: 3}
+	c.addSub(a)
+	if ds := c.dispatch(t0, time.Second, tags); len(ds) != 0 {
+		t.Fatalf("dispatched %v from an empty partition", describe(ds))
+	}
+	if a.taken != 0 || a.credit != 3 {
+		t.Fatalf("an empty partition reserved credit %d times (credit now %d)", a.taken, a.credit)
 	}
 }

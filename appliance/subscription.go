@@ -55,6 +55,13 @@ type Subscription struct {
 	closed bool
 }
 
+// hasCredit reports whether takeCredit would succeed now.
+func (s *Subscription) hasCredit() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.closed && !s.paused && s.credit > 0
+}
+
 // takeCredit reserves room for one delivery.
 func (s *Subscription) takeCredit() bool {
 	s.mu.Lock()
