@@ -49,7 +49,7 @@ trap cleanup EXIT
 # --- Contents: the same files, modes and owners in both formats. --------
 say "package contents (dpkg-deb -I/-c, rpm -qip/-qlp/-qcp/--scripts)"
 dpkg-deb -I "$deb" >"$TMP/deb.info"
-for field in 'Package: fibril' 'Section: net' 'Architecture: amd64' 'Maintainer: Fibril maintainers' 'Description: message broker'; do
+for field in 'Package: fibril' 'Section: net' 'Architecture: amd64' 'Maintainer: Fibril developers <fibril-edge@users.noreply.github.com>' 'Description: message broker'; do
 	grep -q "^ $field" "$TMP/deb.info" || fail "deb control lacks '$field'"
 done
 for script in preinst postinst prerm postrm conffiles; do
@@ -58,6 +58,7 @@ done
 [ "$(dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles)" = /etc/fibril/fibril.toml ] || fail "deb conffiles"
 rpm -qip "$rpm_amd64" >"$TMP/rpm.info"
 grep -q '^Name *: fibril' "$TMP/rpm.info" || fail "rpm name"
+grep -q '^License *: Apache-2.0' "$TMP/rpm.info" || fail "rpm license: $(grep '^License' "$TMP/rpm.info")"
 [ "$(rpm -qcp "$rpm_amd64")" = /etc/fibril/fibril.toml ] || fail "rpm config files: $(rpm -qcp "$rpm_amd64")"
 rpm -qp --scripts "$rpm_amd64" >"$TMP/rpm.scripts"
 for s in preinstall postinstall preuninstall postuninstall; do
