@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -69,7 +68,7 @@ func writeQueueFile(fs vfs.FS, dir string, cfg QueueConfig) error {
 		return fmt.Errorf("encode the declaration of %s: %w", cfg.Name, err)
 	}
 	data = append(data, '\n')
-	if old, ok, err := readQueueFileBytes(fs, dir); err == nil && ok && bytes.Equal(old, data) {
+	if old, ok, err := wal.ReadSmallFile(fs, dir, queueFileName, maxQueueFileSize); err == nil && ok && bytes.Equal(old, data) {
 		return nil
 	}
 	if err := wal.MkdirAllSynced(fs, dir); err != nil {
@@ -81,23 +80,10 @@ func writeQueueFile(fs vfs.FS, dir string, cfg QueueConfig) error {
 	return nil
 }
 
-func readQueueFileBytes(fs vfs.FS, dir string) ([]byte, bool, error) {
-	f, err := fs.Open(fs.PathJoin(dir, queueFileName))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, false, nil
-		}
-		return nil, false, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxQueueFileSize))
-	return b, true, err
-}
-
 // readQueueFile is the declaration a queue's QUEUE file holds; false when
 // it has none.
 func readQueueFile(fs vfs.FS, dir, name string) (QueueConfig, bool, error) {
-	data, ok, err := readQueueFileBytes(fs, dir)
+	data, ok, err := wal.ReadSmallFile(fs, dir, queueFileName, maxQueueFileSize)
 	if err != nil || !ok {
 		return QueueConfig{}, ok, err
 	}

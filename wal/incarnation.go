@@ -68,7 +68,7 @@ func decodeIncarnation(b []byte) (incarnationState, error) {
 // readIncarnation returns the content of INCARNATION, and false when there
 // is none.
 func (l *Log) readIncarnation() (incarnationState, bool, error) {
-	b, ok, err := readSmallFile(l.fs, l.dir, incarnationName, 64)
+	b, ok, err := ReadSmallFile(l.fs, l.dir, incarnationName, 64)
 	if !ok || err != nil {
 		return incarnationState{}, false, err
 	}

@@ -116,9 +116,9 @@ func writeSynced(fs vfs.FS, dirFile vfs.File, dir, name string, b []byte) error 
 	return nil
 }
 
-// readSmallFile returns the first max bytes of dir/name, and false when
+// ReadSmallFile returns the first max bytes of dir/name, and false when
 // there is no such file.
-func readSmallFile(fs vfs.FS, dir, name string, max int64) ([]byte, bool, error) {
+func ReadSmallFile(fs vfs.FS, dir, name string, max int64) ([]byte, bool, error) {
 	f, err := fs.Open(fs.PathJoin(dir, name))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -136,7 +136,7 @@ func readSmallFile(fs vfs.FS, dir, name string, max int64) ([]byte, bool, error)
 
 // readValueFile returns the value in dir/name, and false when there is none.
 func readValueFile(fs vfs.FS, dir, name string) (uint64, bool, error) {
-	b, ok, err := readSmallFile(fs, dir, name, 12)
+	b, ok, err := ReadSmallFile(fs, dir, name, 12)
 	if !ok || err != nil {
 		return 0, false, err
 	}
