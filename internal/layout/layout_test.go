@@ -37,6 +37,9 @@ var rules = []rule{
 	{prefix: "appliance/client", may: []string{"appliance/wire"}, never: clusterAndBridge},
 	{prefix: "appliance/", may: []string{"wal", "appliance", "appliance/", "internal/pebblesched", "internal/preauth"}, never: clusterAndBridge},
 	{prefix: "appliance", may: []string{"wal", "appliance/wire", "internal/pebblesched"}, never: clusterAndBridge},
+	// Uplinks run beside any broker, as the bridge does: the client API only.
+	{prefix: "federation/uplink", may: []string{"appliance/client", "appliance/wire"},
+		never: []string{module + "/bridge", module + "/tools", "github.com/nats-io/", "github.com/hashicorp/raft"}},
 	{prefix: "federation/", may: []string{"wal", "appliance", "appliance/", "federation", "federation/", "internal/pebblesched"},
 		never: []string{module + "/bridge", module + "/tools", "github.com/nats-io/"}},
 	{prefix: "federation", may: []string{"wal", "appliance", "appliance/", "federation/", "internal/preauth"},
