@@ -513,7 +513,7 @@ func (p *partition) deliver(d dispatch[*Subscription]) {
 		return
 	}
 	d.sub.push(Delivery{
-		Tag: d.tag, Queue: p.q.cfg().Name, Partition: p.idx, Offset: d.offset, Incarnation: p.log.Incarnation(),
+		Tag: d.tag, Queue: p.q.cfg().Name, Partition: p.idx, Offset: d.offset, Incarnation: p.log.IncarnationAt(d.offset),
 		Deliveries: d.deliveries, MessageID: pub.MessageID, Key: pub.Key, Headers: pub.Headers,
 		Body: pub.Body, PublishedAt: pub.At,
 	})

@@ -13,9 +13,10 @@ type Delivery struct {
 	Queue     string
 	Partition int
 	Offset    uint64
-	// Incarnation is the partition log's incarnation (wal.Log.Incarnation):
-	// it changes whenever the log may have been cut back below offsets it
-	// had delivered, after which new messages reuse those offsets.
+	// Incarnation is the incarnation of the partition log the message was
+	// written in (wal.Log.IncarnationAt): it stays the same across restarts
+	// for as long as the message exists, and a message written later at
+	// the same offset, after a cut, has another.
 	Incarnation uint64
 	Deliveries  uint32 // 1 on the first delivery
 	MessageID   string

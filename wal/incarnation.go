@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"sort"
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -27,6 +28,17 @@ import (
 //
 //	u64 incarnation | u64 clean end + 1 (0: not closed cleanly) | u32 crc32c of the 16 bytes
 //
+// followed by the history of incarnations, so that a record keeps naming
+// the incarnation it was written in (IncarnationAt) across later Opens:
+//
+//	u32 count | count × (u64 incarnation | u64 first offset) | u32 crc32c of everything before
+//
+// An Open that starts incarnation n at end E drops the history entries at
+// or past E (their records are gone) and adds (n, E); entries wholly below
+// the log's head are dropped too. A file of only the first 20 bytes
+// (written by a version that kept no history) has none: every record
+// before the first entry is named incarnation 0.
+//
 // Open writes it, with the clean end cleared, before anything can append;
 // a clean Close writes it again with the end. A new log has none until its
 // first Close (its incarnation is 0); an existing log without one (written
@@ -34,26 +46,56 @@ import (
 
 const incarnationName = "INCARNATION"
 
+// maxIncarnationStarts bounds the history kept: past it the oldest entry
+// goes, and records before the next one are named incarnation 0.
+const maxIncarnationStarts = 1024
+
+// incarnationHeaderSize is the fixed part of INCARNATION.
+const incarnationHeaderSize = 20
+
+// incarnationStart says that records from first on were written in
+// incarnation n (until a later entry's first).
+type incarnationStart struct {
+	n, first uint64
+}
+
 // incarnationState is the content of INCARNATION.
 type incarnationState struct {
 	n        uint64
-	clean    bool   // the last run ended with a clean Close...
-	cleanEnd uint64 // ...at this end
+	clean    bool               // the last run ended with a clean Close...
+	cleanEnd uint64             // ...at this end
+	starts   []incarnationStart // ascending in first (and n)
 }
 
 func encodeIncarnation(s incarnationState) []byte {
-	b := make([]byte, 20)
+	b := make([]byte, incarnationHeaderSize, incarnationHeaderSize+8+16*len(s.starts))
 	binary.LittleEndian.PutUint64(b, s.n)
 	if s.clean {
 		binary.LittleEndian.PutUint64(b[8:], s.cleanEnd+1)
 	}
 	binary.LittleEndian.PutUint32(b[16:], crc32.Checksum(b[:16], castagnoli))
-	return b
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(s.starts)))
+	for _, st := range s.starts {
+		b = binary.LittleEndian.AppendUint64(b, st.n)
+		b = binary.LittleEndian.AppendUint64(b, st.first)
+	}
+	return binary.LittleEndian.AppendUint32(b, historyChecksum(b[:16], b[incarnationHeaderSize:]))
 }
 
+// historyChecksum is the checksum of a history: over the header's first
+// 16 bytes and the history, not the header's own checksum (a CRC over
+// data followed by its CRC is a constant, which would leave the history's
+// checksum blind to the header it belongs to).
+func historyChecksum(head, history []byte) uint32 {
+	return crc32.Update(crc32.Checksum(head, castagnoli), castagnoli, history)
+}
+
+// decodeIncarnation reads INCARNATION. A history that does not verify (a
+// header rewritten in place on a full disk leaves the old one behind) is
+// dropped: the header alone is authority for the incarnation.
 func decodeIncarnation(b []byte) (incarnationState, error) {
-	if len(b) != 20 {
-		return incarnationState{}, fmt.Errorf("wal: %s of %d bytes, want 20", incarnationName, len(b))
+	if len(b) < incarnationHeaderSize {
+		return incarnationState{}, fmt.Errorf("wal: %s of %d bytes, want at least %d", incarnationName, len(b), incarnationHeaderSize)
 	}
 	if binary.LittleEndian.Uint32(b[16:]) != crc32.Checksum(b[:16], castagnoli) {
 		return incarnationState{}, fmt.Errorf("wal: %s checksum mismatch", incarnationName)
@@ -62,13 +104,58 @@ func decodeIncarnation(b []byte) (incarnationState, error) {
 	if end := binary.LittleEndian.Uint64(b[8:]); end > 0 {
 		s.clean, s.cleanEnd = true, end-1
 	}
+	s.starts = decodeStarts(b)
 	return s, nil
+}
+
+// decodeStarts reads the history after the header; nil when there is none
+// or it does not verify.
+func decodeStarts(b []byte) []incarnationStart {
+	rest := b[incarnationHeaderSize:]
+	if len(rest) < 8 {
+		return nil
+	}
+	k := int(binary.LittleEndian.Uint32(rest))
+	if k > maxIncarnationStarts || len(rest) != 8+16*k ||
+		binary.LittleEndian.Uint32(b[len(b)-4:]) != historyChecksum(b[:16], rest[:len(rest)-4]) {
+		return nil
+	}
+	starts := make([]incarnationStart, k)
+	for i := range starts {
+		e := rest[4+16*i:]
+		starts[i] = incarnationStart{n: binary.LittleEndian.Uint64(e), first: binary.LittleEndian.Uint64(e[8:])}
+		if i > 0 && (starts[i].first <= starts[i-1].first || starts[i].n <= starts[i-1].n) {
+			return nil
+		}
+	}
+	return starts
+}
+
+// nextStarts is the history after an Open that starts incarnation n at end
+// with the log's head at head: entries at or past end hold no record any
+// more, entries wholly below head name none either.
+func nextStarts(prev []incarnationStart, n, end, head uint64) []incarnationStart {
+	var out []incarnationStart
+	for i, st := range prev {
+		if st.first >= end {
+			break
+		}
+		if i+1 < len(prev) && prev[i+1].first <= head && prev[i+1].first < end {
+			continue // the next entry covers everything from the head on
+		}
+		out = append(out, st)
+	}
+	out = append(out, incarnationStart{n: n, first: end})
+	if len(out) > maxIncarnationStarts {
+		out = out[len(out)-maxIncarnationStarts:]
+	}
+	return out
 }
 
 // readIncarnation returns the content of INCARNATION, and false when there
 // is none.
 func (l *Log) readIncarnation() (incarnationState, bool, error) {
-	b, ok, err := ReadSmallFile(l.fs, l.dir, incarnationName, 64)
+	b, ok, err := ReadSmallFile(l.fs, l.dir, incarnationName, incarnationHeaderSize+8+16*maxIncarnationStarts)
 	if !ok || err != nil {
 		return incarnationState{}, false, err
 	}
@@ -77,13 +164,17 @@ func (l *Log) readIncarnation() (incarnationState, bool, error) {
 }
 
 // writeIncarnation replaces INCARNATION atomically. On a full disk, where
-// the replacement cannot be created, it overwrites the file in place
-// instead: that allocates nothing (the file keeps its 20 bytes), and one
-// write that small, inside one sector, lands whole or not at all. So a log
-// on a full disk still opens and closes.
+// the replacement cannot be created, it overwrites the file's header in
+// place instead: that allocates nothing, and one write that small, inside
+// one sector, lands whole or not at all. So a log on a full disk still
+// opens and closes; the history after the header then no longer verifies
+// and is dropped (records written before are named incarnation 0: a
+// consumer that deduplicates by the name may see them again, never miss
+// one).
 func (l *Log) writeIncarnation(s incarnationState) error {
 	b := encodeIncarnation(s)
 	err := writeSynced(l.fs, l.dirFile, l.dir, incarnationName, b)
+	b = b[:incarnationHeaderSize]
 	if !errors.Is(err, syscall.ENOSPC) {
 		return err
 	}
@@ -130,6 +221,10 @@ func (l *Log) openIncarnation(existed bool) error {
 	n, isNew := nextIncarnation(prev, ok, existed, &l.recovery)
 	l.incarnation = n
 	l.recovery.Incarnation, l.recovery.NewIncarnation = n, isNew
+	l.starts = prev.starts
+	if isNew {
+		l.starts = nextStarts(prev.starts, n, l.recovery.End, l.head)
+	}
 	if !ok && !existed {
 		return nil // nothing to clear: a crash before the first Close finds segments and no file
 	}
@@ -137,13 +232,26 @@ func (l *Log) openIncarnation(existed bool) error {
 		l.opts.Logger.Info("wal: the log starts a new incarnation: offsets past its end may be reused",
 			"dir", l.dir, "incarnation", n, "end", l.recovery.End)
 	}
-	return l.writeIncarnation(incarnationState{n: n})
+	return l.writeIncarnation(incarnationState{n: n, starts: l.starts})
 }
 
 // closeIncarnation records a clean Close at end: the next Open that finds
 // the log there keeps the incarnation.
 func (l *Log) closeIncarnation(end uint64) error {
-	return l.writeIncarnation(incarnationState{n: l.incarnation, clean: true, cleanEnd: end})
+	return l.writeIncarnation(incarnationState{n: l.incarnation, clean: true, cleanEnd: end, starts: l.starts})
+}
+
+// IncarnationAt is the incarnation the record at offset was written in:
+// unlike Incarnation, it stays the same across Opens for as long as the
+// record exists, and a record written later at the same offset (after a
+// cut) has another. So a partition's offset and IncarnationAt name one
+// record. Records from before the first incarnation kept are 0.
+func (l *Log) IncarnationAt(offset uint64) uint64 {
+	i := sort.Search(len(l.starts), func(i int) bool { return l.starts[i].first > offset })
+	if i == 0 {
+		return 0
+	}
+	return l.starts[i-1].n
 }
 
 // Incarnation is the log's incarnation: it changes whenever an Open may

@@ -2,7 +2,9 @@ package wal
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -48,6 +50,7 @@ func TestIncarnationAfterPowerCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, lostRecord := l.Incarnation(), readAt(t, l, 15)
+	keptAt, lostAt := l.IncarnationAt(3), l.IncarnationAt(15)
 	crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
@@ -67,6 +70,12 @@ func TestIncarnationAfterPowerCut(t *testing.T) {
 	}
 	if after := l.Incarnation(); after == before {
 		t.Fatalf("offset 15 names two records under one incarnation, %d", after)
+	}
+	if got := l.IncarnationAt(3); got != keptAt {
+		t.Fatalf("offset 3 survived the cut but now names incarnation %d, not %d", got, keptAt)
+	}
+	if got := l.IncarnationAt(15); got == lostAt || got != l.Incarnation() {
+		t.Fatalf("offset 15 rewritten after the cut names incarnation %d (before %d, log %d)", got, lostAt, l.Incarnation())
 	}
 	if rep := l.Recovery(); !rep.NewIncarnation || rep.Incarnation != l.Incarnation() {
 		t.Fatalf("recovery report: incarnation %d new %v; log says %d", rep.Incarnation, rep.NewIncarnation, l.Incarnation())
@@ -161,16 +170,20 @@ func TestIncarnationOfAnOlderLog(t *testing.T) {
 func TestIncarnationFile(t *testing.T) {
 	for _, s := range []incarnationState{{}, {n: 7}, {n: 7, clean: true}, {n: 1 << 40, clean: true, cleanEnd: 12345}} {
 		got, err := decodeIncarnation(encodeIncarnation(s))
-		if err != nil || got != s {
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(s) {
 			t.Fatalf("%+v decodes to %+v, %v", s, got, err)
 		}
 	}
-	b := encodeIncarnation(incarnationState{n: 3, clean: true, cleanEnd: 9})
+	b := encodeIncarnation(incarnationState{n: 3, clean: true, cleanEnd: 9, starts: []incarnationStart{{1, 0}, {3, 5}}})
 	for i := range b {
 		damaged := bytes.Clone(b)
 		damaged[i] ^= 0x10
-		if _, err := decodeIncarnation(damaged); err == nil {
-			t.Fatalf("a flipped bit in byte %d went unnoticed", i)
+		got, err := decodeIncarnation(damaged)
+		switch {
+		case i < incarnationHeaderSize && err == nil:
+			t.Fatalf("a flipped bit in header byte %d went unnoticed", i)
+		case i >= incarnationHeaderSize && (err != nil || got.starts != nil):
+			t.Fatalf("a flipped bit in history byte %d: %+v, %v; want the header kept and the history dropped", i, got, err)
 		}
 	}
 	if _, err := decodeIncarnation(b[:12]); err == nil {
@@ -207,5 +220,116 @@ func TestIncarnationOnAFullDisk(t *testing.T) {
 			t.Fatalf("on a full disk: incarnation %d, want %d", got, want)
 		}
 		mustClose(t, l)
+	}
+}
+
+// TestIncarnationAtAcrossCuts: through crashes, cuts and clean reopens, a
+// record keeps the incarnation it was written in, and records written at
+// reused offsets get the incarnation of their own Open.
+func TestIncarnationAtAcrossCuts(t *testing.T) {
+	const dir = "log"
+	ctx := testCtx(t)
+	fs := vfs.NewCrashableMem()
+	written := map[uint64]uint64{} // offset -> incarnation when appended
+	appendN := func(l *Log, n int, d Boundary) {
+		t.Helper()
+		res, err := l.Append(ctx, entries(0, n, 30), d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for o := res.First; o < res.Next; o++ {
+			written[o] = l.Incarnation()
+		}
+	}
+	check := func(l *Log, what string) {
+		t.Helper()
+		for o := l.Head(); o < l.WrittenNext(); o++ {
+			if got := l.IncarnationAt(o); got != written[o] {
+				t.Fatalf("%s: offset %d names incarnation %d, was written in %d", what, o, got, written[o])
+			}
+		}
+	}
+	l := mustOpen(t, fs, dir, incarnationOpts)
+	appendN(l, 10, AfterFsync)
+	mustClose(t, l)
+	for round := range 6 {
+		l = mustOpen(t, fs, dir, incarnationOpts)
+		for o := l.WrittenNext(); ; o++ { // what the cut took is gone
+			if _, ok := written[o]; !ok {
+				break
+			}
+			delete(written, o)
+		}
+		check(l, fmt.Sprintf("round %d, after the open", round))
+		appendN(l, 5, AfterFsync)
+		appendN(l, 5, AfterFlush) // lost by the power cut below
+		check(l, fmt.Sprintf("round %d, before the cut", round))
+		switch round % 3 {
+		case 0: // a power cut: the unsynced records go
+			crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			fs = crashed
+		case 1: // a clean close: nothing goes, the incarnation stays
+			mustClose(t, l)
+		case 2: // a crash that lost nothing
+			crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 2))})
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			fs = crashed
+		}
+	}
+	l = mustOpen(t, fs, dir, incarnationOpts)
+	defer l.Close()
+	for o := l.WrittenNext(); ; o++ {
+		if _, ok := written[o]; !ok {
+			break
+		}
+		delete(written, o)
+	}
+	check(l, "at the end")
+	if l.Incarnation() < 3 {
+		t.Fatalf("incarnation %d after four cuts and crashes", l.Incarnation())
+	}
+}
+
+// TestIncarnationHistoryFile: the history is kept bounded and pruned, an
+// INCARNATION from before it was kept still reads, and a history that
+// does not verify is dropped while the header stands.
+func TestIncarnationHistoryFile(t *testing.T) {
+	starts := nextStarts(nil, 1, 100, 0)
+	starts = nextStarts(starts, 2, 200, 0)
+	starts = nextStarts(starts, 3, 150, 0) // a cut below incarnation 2's first record
+	if want := []incarnationStart{{1, 100}, {3, 150}}; fmt.Sprint(starts) != fmt.Sprint(want) {
+		t.Fatalf("history after a cut: %v, want %v", starts, want)
+	}
+	starts = nextStarts(starts, 4, 300, 160) // the head passed 150: entry 1 names nothing
+	if want := []incarnationStart{{3, 150}, {4, 300}}; fmt.Sprint(starts) != fmt.Sprint(want) {
+		t.Fatalf("history after retention: %v, want %v", starts, want)
+	}
+	var long []incarnationStart
+	for n := uint64(1); n <= maxIncarnationStarts+10; n++ {
+		long = nextStarts(long, n, n*10, 0)
+	}
+	if len(long) != maxIncarnationStarts || long[len(long)-1].n != maxIncarnationStarts+10 {
+		t.Fatalf("history of %d entries ending %v", len(long), long[len(long)-1])
+	}
+
+	s := incarnationState{n: 4, clean: true, cleanEnd: 320, starts: starts}
+	b := encodeIncarnation(s)
+	got, err := decodeIncarnation(b)
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(s) {
+		t.Fatalf("round trip: %+v, %v; want %+v", got, err, s)
+	}
+	legacy, err := decodeIncarnation(b[:incarnationHeaderSize])
+	if err != nil || legacy.n != 4 || legacy.starts != nil {
+		t.Fatalf("a header-only file: %+v, %v", legacy, err)
+	}
+	stale := encodeIncarnation(incarnationState{n: 5})[:incarnationHeaderSize]
+	stale = append(stale, b[incarnationHeaderSize:]...) // a header rewritten in place
+	if got, err := decodeIncarnation(stale); err != nil || got.n != 5 || got.starts != nil {
+		t.Fatalf("a header rewritten over an older history: %+v, %v; want incarnation 5 and no history", got, err)
 	}
 }

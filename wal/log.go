@@ -57,8 +57,10 @@ type Log struct {
 	written frontier // WrittenNext: handed to the kernel
 	durable frontier // DurableNext: covered by a completed fdatasync
 	epoch   atomic.Uint64
-	// incarnation is set by Open and never changes (incarnation.go).
+	// incarnation and starts are set by Open and never change
+	// (incarnation.go).
 	incarnation uint64
+	starts      []incarnationStart
 
 	segMu sync.RWMutex // guards segs, holes and head
 	segs  []*segment   // sorted by base; the last is the active segment

@@ -18,12 +18,15 @@ type Delivery struct {
 	Body      []byte
 	Partition int    // from 0
 	Offset    uint64 // in the partition's log; increasing within a partition
-	// Incarnation is the partition log's incarnation: it changes whenever
-	// the broker's log may have been cut back below offsets it had
-	// delivered (a power cut of a buffered queue, a crash), after which
-	// new messages reuse those offsets. Partition, Offset and Incarnation
-	// together name one message; a consumer that deduplicates should use
-	// the message's own ID. 0 from a broker of protocol version 1.
+	// Incarnation is the incarnation of the partition log the message was
+	// written in. The log starts a new incarnation whenever it may have
+	// been cut back below offsets it had delivered (a power cut of a
+	// buffered queue, a crash), after which new messages reuse those
+	// offsets; a message that survived keeps the incarnation it was
+	// written in. So Partition, Offset and Incarnation together name one
+	// message, across restarts of the broker (not across a failover to
+	// another node's copy, which counts its own incarnations). 0 from a
+	// broker of protocol version 1.
 	Incarnation uint64
 	Deliveries  int    // 1 on the first delivery, then 2, 3, …
 	Tag         uint64 // the broker's delivery tag, valid on this connection only

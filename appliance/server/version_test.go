@@ -12,9 +12,10 @@ import (
 )
 
 // TestDeliverByVersion: a client of version 2 gets each Deliver with the
-// partition log's incarnation and the message's key; a client of version 1
-// gets the version 1 layout, without them. The broker restarts after a
-// crash first, so that the incarnation is not a new log's 0.
+// incarnation of the partition log it was written in and the message's
+// key; a client of version 1 gets the version 1 layout, without them. The
+// message is published after a crash, so that its incarnation is not a
+// new log's 0.
 func TestDeliverByVersion(t *testing.T) {
 	ctx := context.Background()
 	mem := vfs.NewCrashableMem()
@@ -30,15 +31,17 @@ func TestDeliverByVersion(t *testing.T) {
 	if _, err := b.Declare(ctx, appliance.QueueConfig{Name: "q", Durability: appliance.Durable}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Publish(ctx, "q", appliance.Message{ID: "m-1", Key: "device-9", Body: []byte("x")}); err != nil {
-		t.Fatal(err)
-	}
 	// A crash: the page cache kept it all.
 	crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 1))})
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ts := serveBroker(t, open(crashed), Options{}, nil)
+	b = open(crashed)
+	// Written after the crash, in the log's incarnation 1.
+	if _, err := b.Publish(ctx, "q", appliance.Message{ID: "m-1", Key: "device-9", Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	ts := serveBroker(t, b, Options{}, nil)
 
 	for _, tc := range []struct {
 		version uint16

@@ -124,9 +124,9 @@ type Deliver struct {
 	Tag       uint64 // never 0; settles this delivery, on this subscription and connection only
 	Partition uint16
 	Offset    uint64
-	// Incarnation is the partition log's incarnation: it changes whenever
-	// the log may have been cut back below offsets it had delivered, so
-	// that (Partition, Offset, Incarnation) names one message.
+	// Incarnation is the incarnation of the partition log the message was
+	// written in, so that (Partition, Offset, Incarnation) names one
+	// message across restarts.
 	Incarnation uint64
 	Deliveries  uint32 // 1 on the first delivery
 	MessageID   string // opaque
