@@ -52,6 +52,7 @@ FUZZSCALE ?= 1
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $$((150000 * $(FUZZSCALE)))x ./wal
 	$(GO) test -run '^$$' -fuzz '^FuzzRecoverSegment$$' -fuzztime $$((20000 * $(FUZZSCALE)))x ./wal
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeIncarnation$$' -fuzztime $$((20000 * $(FUZZSCALE)))x ./wal
 	$(GO) test -run '^$$' -fuzz '^FuzzDamagedSegment$$' -fuzztime $$((20000 * $(FUZZSCALE)))x ./wal
 	$(GO) test -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $$((80000 * $(FUZZSCALE)))x ./appliance/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $$((80000 * $(FUZZSCALE)))x ./federation/replication
