@@ -80,6 +80,9 @@ type Options struct {
 	// metrics. Default nil: the endpoint answers an empty list and no
 	// bridge metrics are exported.
 	Bridges func() []BridgeStats
+	// Uplinks reports the uplinks running beside the broker, for GET
+	// /api/uplinks (rendered as JSON as they are). Default nil: none.
+	Uplinks func() any
 	// Cluster reports the cluster as this node sees it (members, leader,
 	// assignments, followers' progress), for GET /api/cluster, the
 	// fibril_cluster_ and fibril_replica_ metrics and the dashboard's

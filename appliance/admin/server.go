@@ -126,6 +126,7 @@ func (s *Server) routes() http.Handler {
 	api("PUT /api/settings", s.putSettings)
 	api("GET /api/node", s.getNode)
 	api("GET /api/bridges", s.getBridges)
+	api("GET /api/uplinks", s.getUplinks)
 	api("GET /api/cluster", s.getCluster)
 	api("POST /api/cluster/join", s.joinCluster)
 	api("GET /api/cluster/settings", s.getClusterSettings)
@@ -236,6 +237,14 @@ func decode(r *http.Request, limit int64, v any) error {
 		return invalid("request body: more than one JSON value")
 	}
 	return nil
+}
+
+// getUplinks answers GET /api/uplinks: the uplinks' own report.
+func (s *Server) getUplinks(*http.Request) (int, any, error) {
+	if s.opts.Uplinks == nil {
+		return http.StatusOK, map[string]any{"uplinks": []any{}}, nil
+	}
+	return http.StatusOK, map[string]any{"uplinks": s.opts.Uplinks()}, nil
 }
 
 // getBridges answers GET /api/bridges: the bridges' own report.

@@ -55,7 +55,7 @@ func listenAdmin(c AdminConfig) (net.Listener, error) {
 // the [server] tokens (already resolved), the [admin] hosts and
 // connection limit, and HTTPS when [admin] tls_cert is set.
 func startAdmin(cfg Config, ln net.Listener, b *appliance.Broker, m *admin.Metrics, srv *server.Server, bridges func() []admin.BridgeStats,
-	cluster *federation.Cluster, log *slog.Logger) (*adminServer, error) {
+	uplinks func() any, cluster *federation.Cluster, log *slog.Logger) (*adminServer, error) {
 	if ln == nil {
 		log.Info("admin API off: [admin] listen is empty")
 		return &adminServer{}, nil
@@ -64,7 +64,7 @@ func startAdmin(cfg Config, ln net.Listener, b *appliance.Broker, m *admin.Metri
 		PublishBytesInFlight: int64(cfg.Admin.PublishBudget),
 		Logger:               log, Metrics: m, ServerConnections: srv.Connections, ServerRefused: srv.Refused, ServerStats: serverStats(srv),
 		UI:      dashboard.Handler(),
-		Version: Version, Bridges: bridges}
+		Version: Version, Bridges: bridges, Uplinks: uplinks}
 	if cluster != nil {
 		opts.Cluster = func() (admin.ClusterView, bool) { return cluster.View(), true }
 		opts.ClusterOps = clusterOps{cluster}

@@ -79,9 +79,9 @@ func Check(data []byte) []Problem {
 	}
 	// Array tables ([[bridge.nats]]) do not decode key by key (each key
 	// would open a table of its own): take them from the whole file.
-	cfg.Bridge = BridgeConfig{}
+	cfg.Bridge, cfg.Uplink = BridgeConfig{}, nil
 	if full := Default(); decodeRaw(data, &full) == nil {
-		cfg.Bridge = full.Bridge
+		cfg.Bridge, cfg.Uplink = full.Bridge, full.Uplink
 	}
 	for _, p := range cfg.valueProblems() {
 		p.Line = lines[p.Key]

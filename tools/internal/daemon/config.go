@@ -32,12 +32,13 @@ func DefaultTOML() []byte { return bytes.Clone(defaultTOML) }
 // Config is fibrild's configuration: fibril.toml. Every field's key is its
 // section and its toml tag, such as server.listen.
 type Config struct {
-	Server  ServerConfig  `toml:"server"`
-	Admin   AdminConfig   `toml:"admin"`
-	Storage StorageConfig `toml:"storage"`
-	Log     LogConfig     `toml:"log"`
-	Cluster ClusterConfig `toml:"cluster"`
-	Bridge  BridgeConfig  `toml:"bridge"`
+	Server  ServerConfig   `toml:"server"`
+	Admin   AdminConfig    `toml:"admin"`
+	Storage StorageConfig  `toml:"storage"`
+	Log     LogConfig      `toml:"log"`
+	Cluster ClusterConfig  `toml:"cluster"`
+	Bridge  BridgeConfig   `toml:"bridge"`
+	Uplink  []UplinkConfig `toml:"uplink,omitempty" flag:"-"`
 }
 
 // ServerConfig is the client protocol listener.
@@ -177,6 +178,12 @@ func (c Config) WriteTOML(w io.Writer) error {
 			n.Token = "<redacted>"
 		}
 	}
+	c.Uplink = append([]UplinkConfig(nil), c.Uplink...)
+	for i := range c.Uplink {
+		if c.Uplink[i].Token != "" {
+			c.Uplink[i].Token = "<redacted>"
+		}
+	}
 	return toml.NewEncoder(w).Encode(c)
 }
 
@@ -285,7 +292,8 @@ func (c Config) valueProblems() []Problem {
 		bad("admin.listen", "%s is off loopback: the admin API needs [server] tokens (or tokens_file) there, or [admin] insecure = true", a.Listen)
 	}
 	problems = append(problems, c.clusterProblems()...)
-	return append(problems, c.bridgeProblems()...)
+	problems = append(problems, c.bridgeProblems()...)
+	return append(problems, c.uplinkProblems()...)
 }
 
 // validHostPort reports whether addr is host:port with a numeric port

@@ -50,6 +50,9 @@ func (c *Config) Set(key, text string) error {
 func walkKeys(cfg reflect.Value, fn func(name string, f reflect.StructField, v reflect.Value)) {
 	t := cfg.Type()
 	for i := range t.NumField() {
+		if t.Field(i).Tag.Get("flag") == "-" {
+			continue // top-level tables such as [[uplink]]: the file only
+		}
 		section := t.Field(i).Tag.Get("toml")
 		sv := cfg.Field(i)
 		st := sv.Type()

@@ -131,7 +131,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	log.Info("listening", "proto", "fibril", "addr", ln.Addr().String(), "tls", srvOpts.TLS != nil,
 		"auth", len(srvOpts.Tokens) > 0)
 	var running atomic.Pointer[runningBridges] // set once the bridges start
-	adm, err := startAdmin(cfg, adminLn, b, metrics, srv, func() []admin.BridgeStats { return running.Load().stats() }, cluster, log)
+	var runningUp atomic.Pointer[runningUplinks]
+	adm, err := startAdmin(cfg, adminLn, b, metrics, srv, func() []admin.BridgeStats { return running.Load().stats() },
+		func() any { return runningUp.Load().stats() }, cluster, log)
 	if err != nil {
 		closeListeners()
 		return errors.Join(err, closeBroker(b, log), closeCluster(cluster))
@@ -144,6 +146,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return errors.Join(err, srv.Shutdown(context.Background()), closeBroker(b, log), closeCluster(cluster))
 	}
 	running.Store(bridges)
+	uplinks, err := startUplinks(cfg, loopbackAddr(ln.Addr()), srvOpts.TLS, b, log)
+	if err != nil { // cannot happen: Validate checked the uplinks' options
+		bridges.stop()
+		adm.shutdown(context.Background(), log)
+		return errors.Join(err, srv.Shutdown(context.Background()), closeBroker(b, log), closeCluster(cluster))
+	}
+	runningUp.Store(uplinks)
 	notify(log, sdnotify.StateReady) // every queue log recovered, listeners bound
 	stopWatchdog := startWatchdog(b.Healthy, log)
 
@@ -162,6 +171,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	notify(log, sdnotify.StateStopping)
 	stopWatchdog()
+	uplinks.stop() // before the server: they ack through it
 	bridges.stop() // before the server: they ack and nack through it
 	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 	defer cancel()
