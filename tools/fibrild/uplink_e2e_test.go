@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/fibril-edge/fibril/appliance/client"
+	"github.com/fibril-edge/fibril/internal/await"
+	"github.com/fibril-edge/fibril/internal/tcpproxy"
+)
+
+// TestUplinkSurvivesCutsAndAnEdgeKill: an edge fibrild forwards a queue
+// to another fibrild through a link the test cuts, and is SIGKILLed
+// mid-forward and started again. Every message the edge confirmed arrives
+// upstream exactly once, the edge ends empty, and GET /api/uplinks reports
+// the uplink connected.
+func TestUplinkSurvivesCutsAndAnEdgeKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the fibrild binary")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitLimit)
+	defer cancel()
+	bin := buildDaemon(t)
+	hq := startSolo(t)
+	link, err := tcpproxy.Start(hq.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer link.Close()
+	cfg := filepath.Join(t.TempDir(), "edge.toml")
+	toml := fmt.Sprintf("[[uplink]]\nname = \"to-hq\"\nqueues = [\"sensors\"]\nto = [%q]\nwindow = 64\nsource = \"site7\"\n", link.Addr())
+	if err := os.WriteFile(cfg, []byte(toml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	edgeArgs := []string{"--config", cfg, "--storage.data_dir", t.TempDir(), "--server.listen", "127.0.0.1:0",
+		"--admin.listen", "127.0.0.1:0", "--storage.min_free", "0"}
+	edge := startDaemon(t, bin, edgeArgs...)
+
+	c := dialClient(t, ctx, edge)
+	if _, err := c.DeclareQueue(ctx, client.Queue("sensors").Buffered().Partitions(2)); err != nil {
+		t.Fatal(err)
+	}
+	const n = 4000
+	fs := make([]*client.Future, n)
+	for i := range n {
+		fs[i] = c.PublishAsyncContext(ctx, "sensors", client.Message{Body: fmt.Appendf(nil, "m%d", i)})
+	}
+	for i, f := range fs {
+		if _, err := f.Wait(ctx); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	c.Close()
+
+	await.Until(t, ctx, "forwarding under way", func() bool { return holdsOr0(t, hq.Admin, "sensors") >= 500 })
+	link.Cut()
+	link.Restore()
+	await.Until(t, ctx, "more forwarded after the cut", func() bool { return holdsOr0(t, hq.Admin, "sensors") >= 1500 })
+	edge.Kill() // SIGKILL mid-forward: confirms in flight are lost, acks unwritten
+	if got := holdsOr0(t, hq.Admin, "sensors"); got >= n {
+		t.Fatalf("everything was forwarded before the kill (%d); the test needs messages in flight", got)
+	}
+	edge = startDaemon(t, bin, edgeArgs...)
+	await.Until(t, ctx, "the edge empty and everything upstream", func() bool {
+		m, _ := queueHolds(t, edge.Admin, "sensors")
+		return m == 0 && holdsOr0(t, hq.Admin, "sensors") >= n
+	})
+	if got := holdsOr0(t, hq.Admin, "sensors"); got != n {
+		t.Fatalf("upstream holds %d messages, want exactly %d (a resend after the kill was not recognised)", got, n)
+	}
+	var st struct {
+		Uplinks []struct {
+			Name   string
+			State  string
+			Queues []struct {
+				Local     string
+				Forwarded uint64
+			}
+		} `json:"uplinks"`
+	}
+	resp, err := http.Get(edge.Admin + "/api/uplinks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Uplinks) != 1 || st.Uplinks[0].Name != "to-hq" || st.Uplinks[0].State != "connected" ||
+		len(st.Uplinks[0].Queues) != 1 || st.Uplinks[0].Queues[0].Forwarded == 0 {
+		t.Fatalf("GET /api/uplinks after the restart: %+v", st)
+	}
+}
+
+// holdsOr0 is queueHolds' message count, 0 while the queue does not exist.
+func holdsOr0(t *testing.T, admin, queue string) int64 {
+	t.Helper()
+	resp, err := http.Get(admin + "/api/queues/" + queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return 0
+	}
+	m, _ := queueHolds(t, admin, queue)
+	return m
+}
