@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -53,11 +52,11 @@ func (c Config) uplinkOptions(i int, local func(context.Context) (*client.Client
 		o.Source, _ = os.Hostname()
 	}
 	if u.TokenFile != "" {
-		b, err := os.ReadFile(u.TokenFile)
-		if err != nil {
-			return o, fmt.Errorf("uplink %s: token_file: %w", o.Name, err)
+		tokens, err := readTokensFile(u.TokenFile) // the server's rules: one a line, not readable by all
+		if err != nil || len(tokens) == 0 {
+			return o, fmt.Errorf("uplink %s: token_file %s: no token (%v)", o.Name, u.TokenFile, err)
 		}
-		o.Token = strings.TrimSpace(string(b))
+		o.Token = tokens[0]
 	}
 	if u.TLSCA != "" {
 		pem, err := os.ReadFile(u.TLSCA)
