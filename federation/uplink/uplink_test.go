@@ -260,7 +260,7 @@ func TestRestartedUplinkResendsWithTheSameIDs(t *testing.T) {
 	declare(t, s.edge, appliance.QueueConfig{Name: "q", Durability: appliance.Buffered})
 	const n = 2000
 	publishN(t, ctx, s.edgeAddr, "q", 0, n)
-	u, stop := run(t, s.options("q"))
+	_, stop := run(t, s.options("q"))
 	await.Until(t, ctx, "forwarding under way", func() bool { return messages(t, s.hq, "q") >= n/4 })
 	s.link.Cut() // confirms in flight are lost: their messages stay unacked at the edge
 	stop()
@@ -268,7 +268,6 @@ func TestRestartedUplinkResendsWithTheSameIDs(t *testing.T) {
 	if held == 0 || held == n {
 		t.Fatalf("the edge holds %d of %d after the stop; want some forwarded and some not", held, n)
 	}
-	_ = u
 	s.link.Restore()
 	u2, _ := run(t, s.options("q"))
 	await.Until(t, ctx, "the rest forwarded", func() bool { return messages(t, s.edge, "q") == 0 })
