@@ -44,6 +44,7 @@ type Future struct {
 	done    chan struct{}
 	confirm Confirm
 	err     error
+	cn      *conn // the connection it went out on; nil if nothing was sent
 }
 
 // Done is closed when the publish is answered.
@@ -133,10 +134,42 @@ func (c *Client) PublishAsyncContext(ctx context.Context, queue string, m Messag
 	return f
 }
 
-// publish validates m, takes an in-flight slot and sends the Publish. The
-// Future it returns completes when the publish is answered; an error means
-// nothing was sent.
+// PublishAsyncAfter is PublishAsyncContext for a pipeline that must keep
+// its order across a lost connection: m goes out only on the connection
+// that prev went out on, right behind it. If that connection is gone (or
+// prev was never sent) nothing is sent and the Future fails with
+// ErrConnectionLost (ErrNotConnected while the client reconnects), so a publisher that resends from its first
+// unconfirmed message never has a later message stored ahead of an
+// earlier one. A nil prev is PublishAsyncContext.
+func (c *Client) PublishAsyncAfter(ctx context.Context, prev *Future, queue string, m Message) *Future {
+	if prev == nil {
+		return c.PublishAsyncContext(ctx, queue, m)
+	}
+	f, err := c.publishOn(ctx, prev.cn, queue, m)
+	if err != nil {
+		return failedFuture(err)
+	}
+	return f
+}
+
+// publish is publishVia on whichever connection the client has.
 func (c *Client) publish(ctx context.Context, wait bool, queue string, m Message) (*Future, error) {
+	return c.publishVia(ctx, wait, nil, queue, m)
+}
+
+// publishOn is publish on the connection pin only: ErrConnectionLost when
+// pin is nil or no longer the client's connection.
+func (c *Client) publishOn(ctx context.Context, pin *conn, queue string, m Message) (*Future, error) {
+	if pin == nil {
+		return nil, fmt.Errorf("client: publish to %s: %w (the publish it follows was never sent)", queue, ErrConnectionLost)
+	}
+	return c.publishVia(ctx, false, pin, queue, m)
+}
+
+// publishVia validates m, takes an in-flight slot and sends the Publish,
+// on pin only when it is set. The Future it returns completes when the
+// publish is answered; an error means nothing was sent.
+func (c *Client) publishVia(ctx context.Context, wait bool, pin *conn, queue string, m Message) (*Future, error) {
 	p := &wire.Publish{Queue: queue, MessageID: m.ID, Key: m.Key, Headers: m.Headers, Body: m.Body}
 	if queue == "" {
 		return nil, fmt.Errorf("%w publish: empty queue name", ErrInvalid)
@@ -153,6 +186,10 @@ func (c *Client) publish(ctx context.Context, wait bool, queue string, m Message
 	}
 	f := &Future{done: make(chan struct{})}
 	err := c.send(ctx, wait, p, &p.Corr, func(cn *conn) error {
+		if pin != nil && cn != pin {
+			return fmt.Errorf("%w (the publish it follows went out on an earlier connection)", ErrConnectionLost)
+		}
+		f.cn = cn
 		if n := wire.DeliverLen(p); n > cn.maxFrame {
 			return &Error{Code: wire.CodeTooLarge,
 				Message: fmt.Sprintf("message of %d bytes as a delivery exceeds the broker's frame limit of %d", n, cn.maxFrame)}

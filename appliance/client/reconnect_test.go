@@ -249,3 +249,49 @@ func TestBackoff(t *testing.T) {
 		t.Errorf("backoff(200) = %v: no cap", d)
 	}
 }
+
+// A publish chained with PublishAsyncAfter goes out right behind the one
+// it follows on the same connection; once that connection is lost it is
+// never sent on the next one, so a later message cannot be stored ahead of
+// an earlier one that its publisher will resend.
+func TestPublishAsyncAfterKeepsTheConnection(t *testing.T) {
+	var held func() ([]*wire.Publish, *fakeConn)
+	s := newFake(t, func(s *fakeServer) { held = holdPublishes(s) })
+	c := dial(t, s, Options{})
+	declare(t, c, Queue("q"))
+	ctx := testCtx(t)
+
+	first := c.PublishAsyncContext(ctx, "q", Message{Body: []byte("a")})
+	second := c.PublishAsyncAfter(ctx, first, "q", Message{Body: []byte("b")})
+	s.waitFor("both publishes on one connection", func() bool { return s.countLocked(wire.TypePublish) == 2 })
+	if ps, _ := held(); string(ps[0].Body) != "a" || string(ps[1].Body) != "b" {
+		t.Fatalf("publishes arrived as %q, %q", ps[0].Body, ps[1].Body)
+	}
+
+	s.killConns()
+	for _, f := range []*Future{first, second} {
+		if _, err := f.Result(); !errors.Is(err, ErrConnectionLost) {
+			t.Fatalf("a publish in flight on the lost connection: %v, want ErrConnectionLost", err)
+		}
+	}
+	declare(t, c, Queue("q")) // waits for the new connection
+	_, err := c.PublishAsyncAfter(ctx, second, "q", Message{Body: []byte("c")}).Wait(ctx)
+	if !errors.Is(err, ErrConnectionLost) || !IsRetryable(err) {
+		t.Fatalf("a publish following one from the lost connection: %v, want a retryable ErrConnectionLost", err)
+	}
+	never := c.PublishAsyncAfter(ctx, failedFuture(ErrNotConnected), "q", Message{Body: []byte("d")})
+	if _, err := never.Wait(ctx); !errors.Is(err, ErrConnectionLost) {
+		t.Fatalf("a publish following one never sent: %v, want ErrConnectionLost", err)
+	}
+	again := c.PublishAsyncAfter(ctx, nil, "q", Message{Body: []byte("a")})
+	s.waitFor("the resend from the first message", func() bool { return s.countLocked(wire.TypePublish) == 3 })
+	ps, _ := held()
+	if got := string(ps[2].Body); got != "a" {
+		t.Fatalf("after the loss the broker received %q first, want the resent %q", got, "a")
+	}
+	select {
+	case <-again.Done():
+		t.Fatal("the held resend completed")
+	default:
+	}
+}

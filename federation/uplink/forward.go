@@ -184,7 +184,14 @@ func (f *forwarder) forward(ctx context.Context, cons *client.Consumer) error {
 				f.count(func(s *QueueStats) { s.Resent++ })
 			}
 			e.sent = true
-			e.fut = f.rc.PublishAsyncContext(ctx, f.remote, e.msg)
+			// Behind the previous send on its connection, or not at all:
+			// after a lost connection nothing may be stored ahead of the
+			// messages this loop will resend from the head.
+			var prev *client.Future
+			if next > 0 {
+				prev = pending[next-1].fut
+			}
+			e.fut = f.rc.PublishAsyncAfter(ctx, prev, f.remote, e.msg)
 			next++
 		}
 		var oldest time.Time
