@@ -342,14 +342,4 @@ func exists(fs vfs.FS, path string) (bool, error) {
 	return false, fmt.Errorf("stat %s: %w", path, err)
 }
 
-func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return fmt.Errorf("open directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
-}
+func syncDir(fs vfs.FS, dir string) error { return wal.SyncDir(fs, dir) }

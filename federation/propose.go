@@ -107,6 +107,12 @@ func (n *Node) serveControl(c net.Conn) {
 			"%w: the certificate names node %q, which may not join as %q", appliance.ErrInvalid, id, req.Join.ID)}))
 		return
 	}
+	// A node brings only its own queues along.
+	if id, ok := PeerNodeID(c); ok && req.Command != nil && req.Command.Op == control.OpAdopt && req.Command.Owner != id {
+		json.NewEncoder(c).Encode(encodeResult(control.Result{Err: fmt.Errorf(
+			"%w: the certificate names node %q, which may not bring queues along for %q", appliance.ErrInvalid, id, req.Command.Owner)}))
+		return
+	}
 	if req.Ping {
 		json.NewEncoder(c).Encode(controlResponse{})
 		return

@@ -25,17 +25,26 @@ func MkdirAllSynced(fs vfs.FS, dir string) error {
 		return fmt.Errorf("wal: create %s: %w", dir, err)
 	}
 	for _, p := range parents {
-		f, err := fs.OpenDir(p)
-		if err != nil {
-			return fmt.Errorf("wal: open directory %s: %w", p, err)
+		if err := SyncDir(fs, p); err != nil {
+			return err
 		}
-		err = f.Sync()
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("wal: sync directory %s: %w", p, err)
-		}
+	}
+	return nil
+}
+
+// SyncDir syncs directory dir, making the entries created, renamed or
+// removed in it durable.
+func SyncDir(fs vfs.FS, dir string) error {
+	f, err := fs.OpenDir(dir)
+	if err != nil {
+		return fmt.Errorf("wal: open directory %s: %w", dir, err)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("wal: sync directory %s: %w", dir, err)
 	}
 	return nil
 }

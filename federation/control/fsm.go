@@ -24,6 +24,7 @@ const (
 	OpSetSettings  Op = "set_settings"
 	OpRecover      Op = "recover"
 	OpSeal         Op = "seal"
+	OpAdopt        Op = "adopt"
 )
 
 // Command is one entry of the control log, JSON-encoded.
@@ -37,6 +38,8 @@ type Command struct {
 	Settings map[string]string      `json:"settings,omitempty"`
 	Recover  *Recover               `json:"recover,omitempty"`
 	Seal     *SealReport            `json:"seal,omitempty"`
+	// Owner is the node that brings an adopted queue along (OpAdopt).
+	Owner string `json:"owner,omitempty"`
 }
 
 // Result is what applying a command returns to the proposer.
@@ -116,6 +119,12 @@ func (s *State) apply(c Command) Result {
 			return Result{Err: errors.New("control: declare without a queue")}
 		}
 		q, created, err := s.declare(*c.Queue, c.Policy, c.Warnings)
+		return Result{Err: err, Queue: q, Created: created}
+	case OpAdopt:
+		if c.Queue == nil {
+			return Result{Err: errors.New("control: adopt without a queue")}
+		}
+		q, created, err := s.adopt(*c.Queue, c.Owner)
 		return Result{Err: err, Queue: q, Created: created}
 	case OpDeleteQueue:
 		return Result{Err: s.deleteQueue(c.ID)}

@@ -57,6 +57,10 @@ type Queue struct {
 	Incarnation uint64 `json:"incarnation,omitempty"`
 	// LastFailover is the queue's latest recovery, nil before the first.
 	LastFailover *Failover `json:"last_failover,omitempty"`
+	// AdoptedFrom names the node that brought the queue along, with its
+	// messages, when it joined the cluster (see adopt); "" for a queue
+	// declared in the cluster.
+	AdoptedFrom string `json:"adopted_from,omitempty"`
 }
 
 // Assignment places one queue partition: its owner, its followers and the
@@ -228,6 +232,45 @@ func (s *State) setSettings(kv map[string]string) error {
 // once, its incarnation the index of the command being applied
 // (s.Applied).
 func (s *State) declare(c appliance.QueueConfig, p Policy, warnings []string) (Queue, bool, error) {
+	return s.declareOn(c, p, warnings, "")
+}
+
+// adopt declares a queue that node owner brings along, messages and all,
+// when it joins the cluster: owner keeps serving it (it holds the log),
+// and followers are placed and catch up as for any new queue. A name the
+// cluster already has is a conflict, nothing merged, unless it is this
+// very adoption already applied (the same node and configuration: the
+// node retries after a crash).
+func (s *State) adopt(c appliance.QueueConfig, owner string) (Queue, bool, error) {
+	if err := c.Validate(); err != nil {
+		return Queue{}, false, err
+	}
+	if _, ok := s.Members[owner]; !ok {
+		return Queue{}, false, fmt.Errorf("%w: node %s brings queue %s along but is not a member", appliance.ErrInvalid, owner, c.Name)
+	}
+	c = c.WithDefaults()
+	if q, ok := s.Queues[c.Name]; ok {
+		if q.AdoptedFrom == owner && q.Config == c {
+			return q, false, nil
+		}
+		return Queue{}, false, fmt.Errorf("%w: node %s brings queue %s (%s, %d partitions) along, but the cluster already has a queue of that name (%s, %d partitions, owned by %s)",
+			appliance.ErrConflict, owner, c.Name, c.Durability, c.Partitions, q.Config.Durability, q.Config.Partitions, s.ownerOf(c.Name))
+	}
+	if dl := s.ownerOf(c.DeadLetter); dl != "" && dl != owner {
+		return Queue{}, false, s.colocate(c, owner)
+	}
+	q, created, err := s.declareOn(c, Policy{}, nil, owner)
+	if err != nil {
+		return q, created, err
+	}
+	q.AdoptedFrom = owner
+	s.Queues[c.Name] = q
+	return q, created, nil
+}
+
+// declareOn is declare with the owner of a new queue chosen: "" lets
+// placement choose (beside its dead-letter queue, if that has an owner).
+func (s *State) declareOn(c appliance.QueueConfig, p Policy, warnings []string, owner string) (Queue, bool, error) {
 	if err := c.Validate(); err != nil {
 		return Queue{}, false, err
 	}
@@ -282,7 +325,10 @@ func (s *State) declare(c appliance.QueueConfig, p Policy, warnings []string) (Q
 	}
 	q := Queue{Config: c, Policy: p, Warnings: warnings, DefaultPolicy: defaulted, Incarnation: s.Applied}
 	s.Queues[c.Name] = q
-	s.Assignments[c.Name] = s.place(c.Name, c.Partitions, replicas, p, s.ownerOf(c.DeadLetter))
+	if owner == "" {
+		owner = s.ownerOf(c.DeadLetter)
+	}
+	s.Assignments[c.Name] = s.place(c.Name, c.Partitions, replicas, p, owner)
 	for i := range s.Assignments[c.Name] {
 		s.Assignments[c.Name][i].Incarnation = q.Incarnation
 	}

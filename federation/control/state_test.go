@@ -308,3 +308,51 @@ func roundTrip(t *testing.T, f *FSM) *FSM {
 	}
 	return g
 }
+
+// A node joining with its data keeps owning the queues it brings; a name
+// the cluster already has is a conflict, and the same adoption applied
+// again (a retry after a crash) is not.
+func TestAdoptKeepsTheOwnerAndRefusesClashes(t *testing.T) {
+	s := threeMembers(t)
+	// n3 owns the fewest partitions after this, so placement alone would
+	// not pick n1 for the next queue.
+	if _, _, err := s.declare(appliance.QueueConfig{Name: "busy", Durability: appliance.Durable, Partitions: 3}, Policy{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	busy := s.Assignments["busy"][0].Owner
+	cfg := appliance.QueueConfig{Name: "sensors", Durability: appliance.Buffered, Partitions: 2}
+	q, created, err := s.adopt(cfg, busy)
+	if err != nil || !created {
+		t.Fatalf("adopt: %v (created %v)", err, created)
+	}
+	if q.AdoptedFrom != busy || q.Config.Durability != appliance.Buffered {
+		t.Fatalf("adopted %+v", q)
+	}
+	for _, a := range s.Assignments["sensors"] {
+		if a.Owner != busy || a.Epoch != 1 || len(a.Followers) != 2 {
+			t.Fatalf("adopted queue placed %+v, want owned by %s at epoch 1 with two followers", a, busy)
+		}
+	}
+	if _, created, err := s.adopt(cfg, busy); err != nil || created {
+		t.Fatalf("the same adoption again: %v (created %v), want the queue as it is", err, created)
+	}
+	for _, clash := range []struct {
+		cfg   appliance.QueueConfig
+		owner string
+	}{
+		{appliance.QueueConfig{Name: "sensors", Durability: appliance.Durable, Partitions: 2}, busy},
+		{cfg, "n9"},
+		{appliance.QueueConfig{Name: "busy", Durability: appliance.Durable, Partitions: 3}, busy},
+	} {
+		if _, _, err := s.adopt(clash.cfg, clash.owner); err == nil {
+			t.Errorf("adopt %+v by %s: no error", clash.cfg, clash.owner)
+		}
+	}
+	other := "n1"
+	if busy == "n1" {
+		other = "n2"
+	}
+	if _, _, err := s.adopt(cfg, other); !errors.Is(err, appliance.ErrConflict) {
+		t.Errorf("another node adopting the same name: %v, want ErrConflict", err)
+	}
+}

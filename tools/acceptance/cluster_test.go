@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -37,11 +38,20 @@ type clusterEnv struct {
 	start  time.Time
 	addrs  string // every node's client address, comma-separated
 	byAddr map[string]int
+	fs     string // the loop images' file system
 }
 
 // newClusterEnv starts three nodes, each on its own loop image of fs,
 // running fibrild built with tags.
 func newClusterEnv(t *testing.T, ctx context.Context, fs string, tags ...string) *clusterEnv {
+	t.Helper()
+	e := prepareClusterEnv(t, ctx, fs, tags...)
+	e.startAll(ctx)
+	return e
+}
+
+// prepareClusterEnv is newClusterEnv without starting the nodes.
+func prepareClusterEnv(t *testing.T, ctx context.Context, fs string, tags ...string) *clusterEnv {
 	t.Helper()
 	requireAcceptanceGate(t)
 	dir := t.TempDir()
@@ -54,7 +64,7 @@ func newClusterEnv(t *testing.T, ctx context.Context, fs string, tags ...string)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	e := &clusterEnv{t: t, h: h, seed: caseSeed(t), start: time.Now(), byAddr: map[string]int{}}
+	e := &clusterEnv{t: t, h: h, seed: caseSeed(t), start: time.Now(), byAddr: map[string]int{}, fs: fs}
 	ports := make([]string, 3)
 	for i := range ports {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -93,17 +103,30 @@ func newClusterEnv(t *testing.T, ctx context.Context, fs string, tags ...string)
 		})
 		e.nodes, e.ids, e.loops = append(e.nodes, b), append(e.ids, id), append(e.loops, l)
 	}
+	return e
+}
+
+// startAll starts every node of the cluster, all at once: a node that
+// joins with its data serves only once the others have made it a member.
+func (e *clusterEnv) startAll(ctx context.Context) {
+	t := e.t
+	t.Helper()
+	errs := make([]error, len(e.nodes))
+	var wg sync.WaitGroup
+	for i, b := range e.nodes {
+		wg.Go(func() { errs[i] = b.Start(ctx) })
+	}
+	wg.Wait()
 	var addrs []string
 	for i, b := range e.nodes {
-		if err := b.Start(ctx); err != nil {
-			t.Fatalf("start %s: %v", e.ids[i], err)
+		if errs[i] != nil {
+			t.Fatalf("start %s: %v", e.ids[i], errs[i])
 		}
 		addrs = append(addrs, b.Addr())
 		e.byAddr[b.Addr()] = i
 	}
 	e.addrs = strings.Join(addrs, ",")
-	h.Note("cluster case %s seed %d fs %q nodes %s", t.Name(), e.seed, fs, e.addrs)
-	return e
+	e.h.Note("cluster case %s seed %d fs %q nodes %s", t.Name(), e.seed, e.fs, e.addrs)
 }
 
 // keepDump stops a failed case's node with a goroutine dump and keeps

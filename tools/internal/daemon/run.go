@@ -95,6 +95,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 		replication, logDir = cluster, cluster.LogDir
+		if err := joinWithData(ctx, cluster, appliance.Options{DataDir: cfg.Storage.DataDir, FS: storageFS(), Logger: log}, log); err != nil {
+			closeListeners()
+			return errors.Join(err, closeCluster(cluster))
+		}
 	}
 	b, err := appliance.Open(appliance.Options{
 		Replication:     replication,
