@@ -46,6 +46,9 @@ type mux struct {
 	addr    net.Addr    // advertised: what peers dial
 	tls     *tls.Config // server side; nil: plain TCP
 	dialTLS *tls.Config // client side; nil: plain TCP
+	// nodeAt names the node the cluster knows at a cluster address ("" for
+	// none): a peer dialled there must present that node's certificate.
+	nodeAt  func(addr string) string
 	raftc   chan net.Conn
 	control func(net.Conn)
 	replica func(net.Conn) // nil: streams refused
@@ -63,8 +66,8 @@ type mux struct {
 	rclosed bool
 }
 
-func newMux(ln net.Listener, advertise net.Addr, serverTLS, clientTLS *tls.Config, control, replica func(net.Conn), log *slog.Logger) *mux {
-	m := &mux{ln: ln, addr: advertise, log: log, tls: serverTLS, dialTLS: clientTLS, raftc: make(chan net.Conn),
+func newMux(ln net.Listener, advertise net.Addr, serverTLS, clientTLS *tls.Config, nodeAt func(string) string, control, replica func(net.Conn), log *slog.Logger) *mux {
+	m := &mux{ln: ln, addr: advertise, log: log, tls: serverTLS, dialTLS: clientTLS, nodeAt: nodeAt, raftc: make(chan net.Conn),
 		control: control, replica: replica, done: make(chan struct{}), rconns: map[*raftConn]struct{}{},
 		pending: preauth.New(preauth.Options{Max: maxHandshaking, PerSource: maxHandshakingPerSource,
 			Timeout: handshakeTimeout, PressureTimeout: pressureHandshakeTimeout})}
@@ -157,6 +160,13 @@ func (m *mux) dial(addr string, proto byte, timeout time.Duration) (net.Conn, er
 			return nil, fmt.Errorf("cluster TLS handshake with %s: %w", addr, err)
 		}
 		tc.SetDeadline(time.Time{})
+		if want := m.nodeAt(addr); want != "" {
+			if got, _ := PeerNodeID(tc); got != want {
+				c.Close()
+				return nil, fmt.Errorf("%w: the cluster peer at %s presents a certificate for node %q, not %q",
+					ErrWrongPeer, addr, got, want)
+			}
+		}
 		c = tc
 	}
 	if _, err := c.Write([]byte{proto}); err != nil {

@@ -29,6 +29,9 @@ var (
 	ErrNoLeader = fmt.Errorf("cluster has no leader: %w", appliance.ErrUnavailable)
 	// ErrClosed: the node is closed.
 	ErrClosed = errors.New("cluster node closed")
+	// ErrWrongPeer: a cluster address was answered by a node other than
+	// the one the cluster knows there (its certificate names another).
+	ErrWrongPeer = errors.New("cluster peer is not the node dialled")
 )
 
 // Peer is another voter named in the configuration.
@@ -151,7 +154,7 @@ func Open(o Options) (*Node, error) {
 			return nil, fmt.Errorf("federation: advertise address %q: %w", o.Advertise, err)
 		}
 	}
-	n.mux = newMux(ln, adv, o.ServerTLS, o.ClientTLS, n.serveControl, o.Replica, n.log)
+	n.mux = newMux(ln, adv, o.ServerTLS, o.ClientTLS, n.nodeAt, n.serveControl, o.Replica, n.log)
 	if err := n.startRaft(); err != nil {
 		n.mux.close()
 		store.Close()
@@ -202,6 +205,25 @@ func (n *Node) startRaft() error {
 		n.liveSet.Store(true)
 	}
 	return nil
+}
+
+// nodeAt is the node the cluster knows at a cluster address: a member
+// there, else a peer this node was started with; "" for none.
+func (n *Node) nodeAt(addr string) string {
+	id := ""
+	n.read(func(s *control.State) {
+		for _, m := range s.Members {
+			if m.ClusterAddr == addr {
+				id = m.ID
+			}
+		}
+	})
+	for _, p := range n.opts.Peers {
+		if id == "" && p.Addr == addr {
+			id = p.ID
+		}
+	}
+	return id
 }
 
 // Member is this node's entry in the member list.

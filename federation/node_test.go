@@ -317,3 +317,29 @@ func TestJoinViaPeer(t *testing.T) {
 		t.Fatalf("n4 not a voter: %+v", f.Configuration().Servers)
 	}
 }
+
+// A node dialling a cluster address checks that the peer answering is the
+// node the cluster knows there: a certificate the cluster's CA signed for
+// another node is refused, as a stand-in for a peer would present.
+func TestDialChecksThePeersCertificate(t *testing.T) {
+	nodeTLS, _ := clusterCerts(t)
+	c := startCluster(t, 3, func(o *Options) { o.ServerTLS, o.ClientTLS = nodeTLS(o.ID) })
+	srv, cli := nodeTLS("n9")
+	// n9 believes n2 answers at n3's address: whoever answers there
+	// presents n3's certificate, not n2's.
+	n9, err := Open(Options{ID: "n9", Dir: t.TempDir(), Listen: "127.0.0.1:0", ServerTLS: srv, ClientTLS: cli,
+		Peers: []Peer{{ID: "n2", Addr: c.addrs["n3"]}, {ID: "n1", Addr: c.addrs["n1"]}}, ElectionTimeout: testElection,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n9.Close()
+	if _, err := n9.mux.dial(c.addrs["n3"], protoControl, 5*time.Second); !errors.Is(err, ErrWrongPeer) {
+		t.Fatalf("dial n2's address answered by n3: %v, want ErrWrongPeer", err)
+	}
+	conn, err := n9.mux.dial(c.addrs["n1"], protoControl, 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial n1 where n1 answers: %v", err)
+	}
+	conn.Close()
+}

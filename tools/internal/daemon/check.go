@@ -92,6 +92,11 @@ func Check(data []byte) []Problem {
 			problems = append(problems, Problem{Line: lines["server.tokens_file"], Key: "server.tokens_file", Msg: err.Error()})
 		}
 	}
+	if cl := cfg.Cluster; cl.Enabled() && cl.TLSCert != "" && cl.TLSKey != "" && cl.TLSCA != "" {
+		if _, _, err := clusterTLS(cl, cl.NodeID); err != nil {
+			problems = append(problems, Problem{Line: lines["cluster.tls_cert"], Key: "cluster.tls_cert", Msg: err.Error()})
+		}
+	}
 	sort.SliceStable(problems, func(i, j int) bool { return problems[i].Line < problems[j].Line })
 	return problems
 }

@@ -1,8 +1,13 @@
 package daemon
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fibril-edge/fibril/federation"
 )
 
 // The built-in config passes its own check, and Check agrees with Parse
@@ -56,6 +61,45 @@ func TestCheckRefusesWhatALaxReadingTakes(t *testing.T) {
 	for i, w := range want {
 		if got[i].Line != w.line || got[i].Key != w.key || !strings.Contains(got[i].Msg, w.has) {
 			t.Errorf("problem %d: %+v, want line %d key %s saying %q", i, got[i], w.line, w.key, w.has)
+		}
+	}
+}
+
+// The cluster's certificate must name this node and be signed by the CA
+// beside it: --check-config reports it at the tls_cert line, as the start
+// refuses it, and passes the right one.
+func TestCheckClusterCertificateNamesTheNode(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	caCert, caKey, err := federation.NewCA("site")
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCA, _, err := federation.NewCA("elsewhere")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1Cert, n1Key, err := federation.NewNodeCert(caCert, caKey, "n1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, other, cert, key := write("ca.pem", caCert), write("other.pem", otherCA), write("n1.pem", n1Cert), write("n1.key", n1Key)
+	conf := func(id, ca string) []byte {
+		return fmt.Appendf(nil, "[cluster]\nnode_id = %q\nlisten = \"10.0.0.1:7422\"\ntls_cert = %q\ntls_key = %q\ntls_ca = %q\n", id, cert, key, ca)
+	}
+	if got := Check(conf("n1", ca)); len(got) != 0 {
+		t.Fatalf("n1's own certificate: %v", got)
+	}
+	for _, c := range []struct{ id, ca, want string }{{"n2", ca, `for node "n1"`}, {"n1", other, "not a valid certificate"}} {
+		got := Check(conf(c.id, c.ca))
+		if len(got) != 1 || got[0].Key != "cluster.tls_cert" || got[0].Line != 4 || !strings.Contains(got[0].Msg, c.want) {
+			t.Errorf("node %s with CA %s: %v, want one cluster.tls_cert problem on line 4 saying %q", c.id, c.ca, got, c.want)
 		}
 	}
 }

@@ -140,8 +140,12 @@ func (c Config) clusterProblems() []Problem {
 	return problems
 }
 
-// clusterTLS builds the cluster port's mutual TLS from [cluster].
-func clusterTLS(cl ClusterConfig) (server, client *tls.Config, err error) {
+// clusterTLS builds the cluster port's mutual TLS from [cluster] for node
+// id. The certificate must name the node (its common name is the id peers
+// check it against) and be signed by tls_ca, so a misnamed or foreign
+// certificate stops the start here, not later as a cluster that never
+// forms.
+func clusterTLS(cl ClusterConfig, id string) (server, client *tls.Config, err error) {
 	if cl.TLSCert == "" {
 		return nil, nil, nil
 	}
@@ -157,6 +161,17 @@ func clusterTLS(cl ClusterConfig) (server, client *tls.Config, err error) {
 	if !pool.AppendCertsFromPEM(pem) {
 		return nil, nil, fmt.Errorf("cluster.tls_ca: no certificate in %s", cl.TLSCA)
 	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster.tls_cert: %w", err)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		return nil, nil, fmt.Errorf("cluster.tls_cert %s is not a valid certificate of the CA in cluster.tls_ca: %w", cl.TLSCert, err)
+	}
+	if id != "" && leaf.Subject.CommonName != id {
+		return nil, nil, fmt.Errorf("cluster.tls_cert %s is for node %q (its common name), not this node, %q: peers would refuse it (`fibril cluster certs` makes one per node)",
+			cl.TLSCert, leaf.Subject.CommonName, id)
+	}
 	server, client = federation.MutualTLS(cert, pool)
 	return server, client, nil
 }
@@ -169,15 +184,15 @@ func openCluster(cfg Config, clientAddr string, log *slog.Logger) (*federation.C
 	if err != nil {
 		return nil, err
 	}
-	srvTLS, cliTLS, err := clusterTLS(cl)
-	if err != nil {
-		return nil, err
-	}
 	id := cl.NodeID
 	if id == "" {
 		if id, err = os.Hostname(); err != nil {
 			return nil, fmt.Errorf("cluster.node_id is empty and the host name is unknown: %w", err)
 		}
+	}
+	srvTLS, cliTLS, err := clusterTLS(cl, id)
+	if err != nil {
+		return nil, err
 	}
 	c, err := federation.OpenCluster(federation.ClusterOptions{
 		Node: federation.Options{ID: id, Dir: filepath.Join(cfg.Storage.DataDir, "cluster"), Listen: cl.Listen,
