@@ -116,8 +116,8 @@ type QueueConfig struct {
 	MaxMessages   int64         `json:"MaxMessages"`   // 0: unlimited
 	Overflow      Overflow      `json:"Overflow"`
 	DedupeWindow  time.Duration `json:"DedupeWindow"` // 0: no dedupe
-	// DedupeMaxEntries and DedupeMaxBytes bound the ids each partition
-	// remembers for the dedupe window (bytes: each id's length plus
+	// DedupeMaxEntries and DedupeMaxBytes bound the ids the queue, all
+	// partitions together, remembers for the dedupe window (bytes: each id's length plus
 	// DedupeEntryCost). Past either, the oldest ids are forgotten early and
 	// counted; dedupe then holds only for the newest that fit. 0: the
 	// defaults, DefaultDedupeMaxEntries and DefaultDedupeMaxBytes.

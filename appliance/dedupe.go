@@ -5,12 +5,13 @@ import (
 	"time"
 )
 
-// Bounds of a queue's dedupe table, per partition (QueueConfig).
+// Bounds of a queue's dedupe table, for all its partitions together
+// (QueueConfig).
 const (
-	// DefaultDedupeMaxEntries is how many ids a partition remembers at most
+	// DefaultDedupeMaxEntries is how many ids a queue remembers at most
 	// when the declaration leaves DedupeMaxEntries zero.
 	DefaultDedupeMaxEntries = 100_000
-	// DefaultDedupeMaxBytes bounds the memory a partition's remembered ids
+	// DefaultDedupeMaxBytes bounds the memory a queue's remembered ids
 	// take (DedupeEntryCost each, plus the id) when the declaration leaves
 	// DedupeMaxBytes zero.
 	DefaultDedupeMaxBytes = 16 << 20
@@ -26,14 +27,14 @@ const (
 	DedupeEntryCost = 128
 )
 
-// dedupeBounds is what one partition's list may hold.
+// dedupeBounds is what a queue's table may hold, all partitions together.
 type dedupeBounds struct {
 	entries int
 	bytes   int64
 }
 
-// DedupeBounds are the dedupe table's bounds per partition in effect for
-// the declaration: its own, or the defaults for zero.
+// DedupeBounds are the dedupe table's bounds (for the whole queue) in
+// effect for the declaration: its own, or the defaults for zero.
 func (c QueueConfig) DedupeBounds() (entries, bytes int64) {
 	b := c.dedupeBounds()
 	return int64(b.entries), b.bytes
@@ -57,11 +58,13 @@ func dedupeCost(id string) int64 { return int64(len(id)) + DedupeEntryCost }
 // dedupeTable is a queue's memory of message ids published inside its
 // dedupe window. One map finds an id whatever partition holds it (a
 // retry without a key may be routed elsewhere); each partition keeps its
-// ids in a list, oldest first, bounded in entries and bytes. Past a
-// bound the partition's oldest ids are evicted early, before their window
-// ends, and counted: a publish is never refused for it, and dedupe is
-// then guaranteed only for the newest ids that fit. Ids past their window
-// leave the list as publishes to the partition go by.
+// ids in a list, oldest first, and the table as a whole is bounded in
+// entries and bytes, however many partitions the queue has. Past a bound
+// the queue's oldest ids (the oldest at the head of any partition's list)
+// are evicted early, before their window ends, and counted: a publish is
+// never refused for it, and dedupe is then guaranteed only for the newest
+// ids that fit. Ids past their window leave the list as publishes to the
+// partition go by.
 //
 // An entry is pending while its publish is in flight, stored once the
 // publish is applied (with its offset), and removed if the publish fails.
@@ -73,6 +76,8 @@ type dedupeTable struct {
 	parts   []dedupeList
 	waiting map[*dedupeEntry][]dedupeWaiter // duplicates of pending entries
 	evicted int64                           // evicted by a bound since the queue opened
+	entries int                             // listed, in all partitions
+	bytes   int64                           // their cost, in all partitions
 }
 
 // dedupeWaiter answers a duplicate with the original's partition and
@@ -110,12 +115,7 @@ type DedupeInfo struct {
 func (t *dedupeTable) info() DedupeInfo {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	in := DedupeInfo{Evicted: t.evicted}
-	for i := range t.parts {
-		in.Entries += int64(t.parts[i].entries)
-		in.Bytes += t.parts[i].bytes
-	}
-	return in
+	return DedupeInfo{Entries: int64(t.entries), Bytes: t.bytes, Evicted: t.evicted}
 }
 
 // lookup finds id for a publish headed for partition part at now. A
@@ -231,9 +231,9 @@ func (t *dedupeTable) records(part int) []dedupeRecord {
 	return out
 }
 
-// addLocked appends e to its partition's list, then evicts the oldest
-// entries while the list is past a bound (never e itself: the newest id
-// is always remembered), counting them if count is set.
+// addLocked appends e to its partition's list, then evicts the queue's
+// oldest entries while the table is past a bound (never e itself: the
+// newest id is always remembered), counting them if count is set.
 func (t *dedupeTable) addLocked(e *dedupeEntry, bounds dedupeBounds, count bool) {
 	l := &t.parts[e.part]
 	e.older, e.newer = l.newest, nil
@@ -245,14 +245,36 @@ func (t *dedupeTable) addLocked(e *dedupeEntry, bounds dedupeBounds, count bool)
 	l.newest = e
 	l.entries++
 	l.bytes += dedupeCost(e.id)
+	t.entries++
+	t.bytes += dedupeCost(e.id)
 	e.listed = true
 	t.byID[e.id] = e
-	for l.oldest != e && (l.entries > bounds.entries || l.bytes > bounds.bytes) {
-		t.removeLocked(l.oldest)
+	for t.entries > bounds.entries || t.bytes > bounds.bytes {
+		oldest := t.oldestLocked(e)
+		if oldest == nil {
+			return
+		}
+		t.removeLocked(oldest)
 		if count {
 			t.evicted++
 		}
 	}
+}
+
+// oldestLocked is the oldest entry at the head of any partition's list,
+// other than keep; nil when keep is the only one.
+func (t *dedupeTable) oldestLocked(keep *dedupeEntry) *dedupeEntry {
+	var oldest *dedupeEntry
+	for i := range t.parts {
+		e := t.parts[i].oldest
+		if e == keep {
+			e = e.newer
+		}
+		if e != nil && (oldest == nil || e.at < oldest.at) {
+			oldest = e
+		}
+	}
+	return oldest
 }
 
 // expireLocked drops the partition's oldest ids that are past the window
@@ -284,6 +306,8 @@ func (t *dedupeTable) removeLocked(e *dedupeEntry) {
 	e.older, e.newer, e.listed = nil, nil, false
 	l.entries--
 	l.bytes -= dedupeCost(e.id)
+	t.entries--
+	t.bytes -= dedupeCost(e.id)
 	if t.byID[e.id] == e {
 		delete(t.byID, e.id)
 	}

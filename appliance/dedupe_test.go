@@ -93,8 +93,8 @@ func TestDedupeByteBoundHoldsLargeIDs(t *testing.T) {
 
 // The bounded table round-trips through snapshots and replay: after a
 // clean restart (snapshot) and after a crash (snapshot plus the log
-// after it) a partition remembers exactly the newest ids within its
-// bound, never more, whatever the replay read.
+// after it) the queue remembers exactly its newest ids within its bound,
+// all partitions together, never more, whatever the replay read.
 func TestDedupeBoundSurvivesRestart(t *testing.T) {
 	ctx := testCtx(t)
 	fs := vfs.NewCrashableMem()
@@ -110,15 +110,15 @@ func TestDedupeBoundSurvivesRestart(t *testing.T) {
 	if len(parts) != 2 {
 		t.Fatalf("keys k0 and k1 went to partitions %v; the test needs both", parts)
 	}
-	if in := info(t, b, "q"); in.Dedupe.Entries != 2*bound {
-		t.Fatalf("dedupe %+v, want %d entries", in.Dedupe, 2*bound)
+	if in := info(t, b, "q"); in.Dedupe.Entries != bound {
+		t.Fatalf("dedupe %+v, want %d entries for the queue's two partitions together", in.Dedupe, bound)
 	}
 	if err := b.Checkpoint(ctx); err != nil {
 		t.Fatal(err)
 	}
 	snap, ok, err := b.meta.snapshot("q", 0)
-	if err != nil || !ok || len(snap.Dedupe) != bound {
-		t.Fatalf("snapshot of partition 0: %d dedupe ids (stored %v, %v), want %d", len(snap.Dedupe), ok, err, bound)
+	if err != nil || !ok || len(snap.Dedupe) != bound/2 {
+		t.Fatalf("snapshot of partition 0: %d dedupe ids (stored %v, %v), want %d", len(snap.Dedupe), ok, err, bound/2)
 	}
 	// More after the checkpoint, so a crash replays them from the log.
 	for i := 4 * bound; i < 7*bound; i++ {
@@ -126,20 +126,20 @@ func TestDedupeBoundSurvivesRestart(t *testing.T) {
 	}
 	crashed := crashClone(t, b, fs)
 	b = openBroker(t, crashed, "data", Options{Logger: quietLogger()})
-	if in := info(t, b, "q"); in.Dedupe.Entries != 2*bound || in.Dedupe.Evicted != 0 {
-		t.Fatalf("after the crash: dedupe %+v, want %d entries (evictions at open not counted)", in.Dedupe, 2*bound)
+	if in := info(t, b, "q"); in.Dedupe.Entries != bound || in.Dedupe.Evicted != 0 {
+		t.Fatalf("after the crash: dedupe %+v, want %d entries (evictions at open not counted)", in.Dedupe, bound)
 	}
-	checkDuplicates(t, ctx, b, "q", 5*bound, 7*bound, 16, true)
+	checkDuplicates(t, ctx, b, "q", 6*bound, 7*bound, 16, true)
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
 	b = openBroker(t, crashed, "data", Options{Logger: quietLogger()})
 	defer b.Close()
-	if in := info(t, b, "q"); in.Dedupe.Entries != 2*bound {
-		t.Fatalf("after a clean restart: dedupe %+v, want %d entries", in.Dedupe, 2*bound)
+	if in := info(t, b, "q"); in.Dedupe.Entries != bound {
+		t.Fatalf("after a clean restart: dedupe %+v, want %d entries", in.Dedupe, bound)
 	}
-	checkDuplicates(t, ctx, b, "q", 5*bound, 7*bound, 16, true)
-	checkDuplicates(t, ctx, b, "q", 4*bound, 5*bound, 16, false)
+	checkDuplicates(t, ctx, b, "q", 6*bound, 7*bound, 16, true)
+	checkDuplicates(t, ctx, b, "q", 5*bound, 6*bound, 16, false)
 }
 
 // Dedupe bounds are validated, and a re-declare keeps them unless it
@@ -277,4 +277,29 @@ func TestDedupeRecordsKeepNewest(t *testing.T) {
 	if len(d.recs) != 3 || d.recs[2].Offset != 19 || d.bytes > bounds.bytes {
 		t.Fatalf("under a byte bound: kept %d records, %d bytes", len(d.recs), d.bytes)
 	}
+}
+
+// The byte bound is the queue's, whatever its partition count: ids spread
+// over eight partitions fill one MiB in all, not one MiB each.
+func TestDedupeBoundIsPerQueue(t *testing.T) {
+	ctx := testCtx(t)
+	b := openBroker(t, vfs.NewMem(), "data", Options{Logger: quietLogger(), MaxMessageBytes: 1 << 20})
+	defer b.Close()
+	declare(t, ctx, b, QueueConfig{Name: "q", Partitions: 8, DedupeWindow: time.Hour, DedupeMaxBytes: MinDedupeMaxBytes})
+	const size = MaxMessageIDBytes
+	fit := int(MinDedupeMaxBytes / dedupeCost(dedupeID(0, size)))
+	parts := map[int]bool{}
+	for i := range 8 * fit {
+		c := publish(t, ctx, b, "q", Message{ID: dedupeID(i, size), Key: fmt.Sprint("k", i), Body: []byte("b")})
+		parts[c.Partition] = true
+	}
+	if len(parts) < 4 {
+		t.Fatalf("the keys reached partitions %v only; the test needs them spread", parts)
+	}
+	in := info(t, b, "q")
+	if in.Dedupe.Bytes > MinDedupeMaxBytes || in.Dedupe.Entries != int64(fit) {
+		t.Fatalf("%d ids over %d partitions: dedupe %+v; want %d entries within %d bytes for the queue",
+			8*fit, len(parts), in.Dedupe, fit, MinDedupeMaxBytes)
+	}
+	checkDuplicates(t, ctx, b, "q", 7*fit, 8*fit, size, true)
 }

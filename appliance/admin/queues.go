@@ -163,8 +163,8 @@ type declareRequest struct {
 	MaxMessages   int64  `json:"max_messages"`
 	Overflow      string `json:"overflow"` // reject | drop-oldest
 	DedupeMs      int64  `json:"dedupe_window_ms"`
-	DedupeMaxEnt  int64  `json:"dedupe_max_entries"` // per partition
-	DedupeMaxByte int64  `json:"dedupe_max_bytes"`   // per partition
+	DedupeMaxEnt  int64  `json:"dedupe_max_entries"` // for the whole queue
+	DedupeMaxByte int64  `json:"dedupe_max_bytes"`   // for the whole queue
 	Policy        string `json:"policy"`             // cluster nodes: replica_durable:N, majority_durable, replica_buffered:N
 }
 

@@ -132,7 +132,8 @@ func (q QueueConfig) DedupeWindow(d time.Duration) QueueConfig {
 	return q
 }
 
-// DedupeMaxEntries bounds the ids each partition's dedupe table holds;
+// DedupeMaxEntries bounds the ids the queue's dedupe table holds, all
+// partitions together;
 // past it the oldest are forgotten early. Needs a broker speaking
 // protocol version 3.
 func (q QueueConfig) DedupeMaxEntries(n int64) QueueConfig {
@@ -143,7 +144,7 @@ func (q QueueConfig) DedupeMaxEntries(n int64) QueueConfig {
 	return q
 }
 
-// DedupeMaxBytes bounds the bytes each partition's dedupe table holds
+// DedupeMaxBytes bounds the bytes the queue's dedupe table holds
 // (its ids plus a fixed cost each; 1 MiB to 1 GiB); past it the oldest
 // are forgotten early. Needs a broker speaking protocol version 3.
 func (q QueueConfig) DedupeMaxBytes(n int64) QueueConfig {

@@ -17,8 +17,8 @@ type Declare struct {
 	MaxMessages        uint64
 	Overflow           Overflow
 	DedupeWindowMillis uint32
-	// DedupeMaxEntries and DedupeMaxBytes bound each partition's dedupe
-	// table (0: the broker's defaults); version 3 and later.
+	// DedupeMaxEntries and DedupeMaxBytes bound the queue's dedupe
+	// table, all partitions together (0: the broker's defaults); version 3 and later.
 	DedupeMaxEntries uint64
 	DedupeMaxBytes   uint64
 }

@@ -156,8 +156,8 @@ func runQueueDeclare(ctx context.Context, args []string, stdout, stderr io.Write
 	maxMessages := fs.Int64("max-messages", 0, "bound on the queue's messages")
 	dropOldest := fs.Bool("drop-oldest", false, "when full, drop the oldest messages instead of refusing publishes")
 	dedupe := fs.Duration("dedupe-window", 0, "how long message IDs are remembered to drop duplicates")
-	dedupeEntries := fs.Int64("dedupe-max-entries", 0, "most message IDs each partition remembers; past it the oldest are forgotten early (default: the broker's, 100000)")
-	dedupeBytes := fs.Int64("dedupe-max-bytes", 0, "most memory each partition's remembered IDs take, in bytes (default: the broker's, 16 MiB)")
+	dedupeEntries := fs.Int64("dedupe-max-entries", 0, "most message IDs the queue remembers, all partitions together; past it the oldest are forgotten early (default: the broker's, 100000)")
+	dedupeBytes := fs.Int64("dedupe-max-bytes", 0, "most memory the queue's remembered IDs take, in bytes (default: the broker's, 16 MiB)")
 	policy := fs.String("policy", "", "cluster replication policy: replica_durable:N, majority_durable or replica_buffered:N")
 	conn.addAdminFlags(fs)
 	if done, err := parseFlags(fs, queueDeclareHelp, args, stdout); done || err != nil {
