@@ -25,6 +25,7 @@ func FuzzApplyCommand(f *testing.F) {
 	}
 	f.Add([]byte(`{"op":"declare","queue":{"Name":"x","Partitions":300}}`))
 	f.Add([]byte(`{"op":"set_settings","settings":{"replicas":"-1"}}`))
+	f.Add([]byte(`{"op":"adopt","queue":{"Name":"solo","Durability":2,"Partitions":2},"owner":"n2"}`))
 	f.Add([]byte(`not json`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fsm := NewFSM(nil)
