@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"sort"
 	"strings"
@@ -82,6 +83,13 @@ func Check(data []byte) []Problem {
 	cfg.Bridge, cfg.Uplink = BridgeConfig{}, nil
 	if full := Default(); decodeRaw(data, &full) == nil {
 		cfg.Bridge, cfg.Uplink = full.Bridge, full.Uplink
+	}
+	// Under systemd the tokens may come from its credential alone, as
+	// they do at the start (Run resolves them before it validates).
+	if dir := os.Getenv("CREDENTIALS_DIRECTORY"); dir != "" {
+		if resolved, err := cfg.ResolveTokens(dir); err == nil {
+			cfg.Server.Tokens = resolved.Server.Tokens
+		}
 	}
 	for _, p := range cfg.valueProblems() {
 		p.Line = lines[p.Key]

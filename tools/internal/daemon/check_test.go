@@ -103,3 +103,22 @@ func TestCheckClusterCertificateNamesTheNode(t *testing.T) {
 		}
 	}
 }
+
+// An admin listener off loopback whose tokens come only from the systemd
+// credential passes the check run under systemd, as the start does, and
+// is reported without it.
+func TestCheckCountsTheCredentialTokens(t *testing.T) {
+	conf := []byte("[admin]\nlisten = \"10.0.0.1:7421\"\n")
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	if got := Check(conf); len(got) != 1 || got[0].Key != "admin.listen" {
+		t.Fatalf("no tokens anywhere: %v, want the admin.listen problem", got)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, CredentialName), []byte("s3cret-token-for-the-admin\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CREDENTIALS_DIRECTORY", dir)
+	if got := Check(conf); len(got) != 0 {
+		t.Fatalf("tokens from the credential: %v, want none", got)
+	}
+}

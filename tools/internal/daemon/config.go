@@ -289,7 +289,7 @@ func (c Config) valueProblems() []Problem {
 	// A tokens_file counts as tokens here; ResolveTokens refuses one that
 	// holds none.
 	if a.Listen != "" && !IsLoopback(a.Listen) && len(s.Tokens) == 0 && s.TokensFile == "" && !bool(a.Insecure) {
-		bad("admin.listen", "%s is off loopback: the admin API needs [server] tokens (or tokens_file) there, or [admin] insecure = true", a.Listen)
+		bad("admin.listen", "%s is off loopback: the admin API needs [server] tokens (or tokens_file, or the systemd credential %q) there, or [admin] insecure = true", a.Listen, CredentialName)
 	}
 	problems = append(problems, c.clusterProblems()...)
 	problems = append(problems, c.bridgeProblems()...)
