@@ -181,6 +181,13 @@ type clusterProcs struct {
 // cluster places copies on the members it has).
 func startClusterProcs(t *testing.T, ctx context.Context) *clusterProcs {
 	t.Helper()
+	return startClusterProcsWith(t, ctx, nil)
+}
+
+// startClusterProcsWith is startClusterProcs with extra(id)'s flags added
+// to node id's (nil: none).
+func startClusterProcsWith(t *testing.T, ctx context.Context, extra func(id string) []string) *clusterProcs {
+	t.Helper()
 	bin := buildDaemon(t)
 	// Cluster ports, then client ports: fixed, as on a site, so a node
 	// that restarts keeps its addresses.
@@ -198,6 +205,11 @@ func startClusterProcs(t *testing.T, ctx context.Context) *clusterProcs {
 			Args: []string{"--storage.min_free", "0", "--storage.segment_size", "1MiB",
 				"--cluster.node_id", id, "--cluster.listen", ports[i], "--cluster.peers", strings.Join(peers, ","),
 				"--cluster.bootstrap", "true"}}
+		if extra != nil {
+			o := cp.opts[id]
+			o.Args = append(o.Args, extra(id)...)
+			cp.opts[id] = o
+		}
 		cp.start(t, ctx, id)
 	}
 	var v admin.ClusterView
