@@ -152,13 +152,7 @@ func plainControl(addr string, req []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(15 * time.Second))
-	if _, err := conn.Write(append([]byte{'C'}, req...)); err != nil {
-		return "", err
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	return strings.TrimSpace(line), err
+	return askControl(conn, req)
 }
 
 // tlsControl sends 'C' and req over TLS with the certificate given and
@@ -175,6 +169,12 @@ func tlsControl(t *testing.T, addr string, certPEM, keyPEM, req []byte) (string,
 	if err != nil {
 		return "", err
 	}
+	return askControl(conn, req)
+}
+
+// askControl sends the control protocol's byte and req on conn, reads the
+// answer line and closes conn.
+func askControl(conn net.Conn, req []byte) (string, error) {
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(15 * time.Second))
 	if _, err := conn.Write(append([]byte{'C'}, req...)); err != nil {

@@ -28,18 +28,7 @@ func TestUplinkSurvivesCutsAndAnEdgeKill(t *testing.T) {
 	defer cancel()
 	bin := buildDaemon(t)
 	hq := startSolo(t)
-	link, err := tcpproxy.Start(hq.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer link.Close()
-	cfg := filepath.Join(t.TempDir(), "edge.toml")
-	toml := fmt.Sprintf("[[uplink]]\nname = \"to-hq\"\nqueues = [\"sensors\"]\nto = [%q]\nwindow = 64\nsource = \"site7\"\n", link.Addr())
-	if err := os.WriteFile(cfg, []byte(toml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	edgeArgs := []string{"--config", cfg, "--storage.data_dir", t.TempDir(), "--server.listen", "127.0.0.1:0",
-		"--admin.listen", "127.0.0.1:0", "--storage.min_free", "0"}
+	link, edgeArgs := edgeToHQ(t, hq, "sensors", 64)
 	edge := startDaemon(t, bin, edgeArgs...)
 
 	c := dialClient(t, ctx, edge)
@@ -135,19 +124,9 @@ func TestUplinkReplaysALongOutage(t *testing.T) {
 	defer cancel()
 	bin := buildDaemon(t)
 	hq := startSolo(t)
-	link, err := tcpproxy.Start(hq.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer link.Close()
+	link, edgeArgs := edgeToHQ(t, hq, "backlog", 1024)
 	link.Cut()
-	cfg := filepath.Join(t.TempDir(), "edge.toml")
-	toml := fmt.Sprintf("[[uplink]]\nname = \"to-hq\"\nqueues = [\"backlog\"]\nto = [%q]\nwindow = 1024\nsource = \"site7\"\n", link.Addr())
-	if err := os.WriteFile(cfg, []byte(toml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	edge := startDaemon(t, bin, "--config", cfg, "--storage.data_dir", t.TempDir(), "--server.listen", "127.0.0.1:0",
-		"--admin.listen", "127.0.0.1:0", "--storage.min_free", "0")
+	edge := startDaemon(t, bin, edgeArgs...)
 	c := dialClient(t, ctx, edge)
 	if _, err := c.DeclareQueue(ctx, client.Queue("backlog").Durable().Partitions(2)); err != nil {
 		t.Fatal(err)
@@ -201,4 +180,23 @@ func TestUplinkReplaysALongOutage(t *testing.T) {
 	if grew := during.RSS - before.RSS; grew > 64<<20 {
 		t.Fatalf("holding the backlog grew the edge's RSS by %d MiB", grew>>20)
 	}
+}
+
+// edgeToHQ puts a TCP proxy (closed at the end of the test) in front of
+// hq and returns it with the flags of an edge fibrild whose uplink
+// forwards queue through it, window publishes in flight.
+func edgeToHQ(t *testing.T, hq *daemonProcess, queue string, window int) (*tcpproxy.Proxy, []string) {
+	t.Helper()
+	link, err := tcpproxy.Start(hq.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { link.Close() })
+	cfg := filepath.Join(t.TempDir(), "edge.toml")
+	toml := fmt.Sprintf("[[uplink]]\nname = \"to-hq\"\nqueues = [%q]\nto = [%q]\nwindow = %d\nsource = \"site7\"\n", queue, link.Addr(), window)
+	if err := os.WriteFile(cfg, []byte(toml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return link, []string{"--config", cfg, "--storage.data_dir", t.TempDir(), "--server.listen", "127.0.0.1:0",
+		"--admin.listen", "127.0.0.1:0", "--storage.min_free", "0"}
 }
