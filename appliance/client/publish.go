@@ -138,9 +138,10 @@ func (c *Client) PublishAsyncContext(ctx context.Context, queue string, m Messag
 // its order across a lost connection: m goes out only on the connection
 // that prev went out on, right behind it. If that connection is gone (or
 // prev was never sent) nothing is sent and the Future fails with
-// ErrConnectionLost (ErrNotConnected while the client reconnects), so a publisher that resends from its first
-// unconfirmed message never has a later message stored ahead of an
-// earlier one. A nil prev is PublishAsyncContext.
+// ErrConnectionLost (ErrNotConnected while the client reconnects), so a
+// publisher that resends from its first unconfirmed message never has a
+// later message stored ahead of an earlier one. A nil prev is
+// PublishAsyncContext.
 func (c *Client) PublishAsyncAfter(ctx context.Context, prev *Future, queue string, m Message) *Future {
 	if prev == nil {
 		return c.PublishAsyncContext(ctx, queue, m)
