@@ -75,7 +75,11 @@
 // the broker releases them for redelivery, and their Ack or Nack returns
 // ErrStaleDelivery without sending anything. While reconnecting, Publish,
 // DeclareQueue and Subscribe wait for the connection (bounded by their
-// ctx); PublishAsync fails at once with ErrNotConnected. With
+// ctx); PublishAsync fails at once with ErrNotConnected. A pipeline that
+// resends from its first unconfirmed message after a loss chains its
+// publishes with PublishAsyncAfter: each goes out on the connection of
+// the one before it or not at all, so nothing sent on the new connection
+// overtakes the resend. With
 // Options.DisableReconnect the first loss is final.
 //
 // # Errors
