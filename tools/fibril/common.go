@@ -73,7 +73,7 @@ type connFlags struct {
 
 // addServerFlags registers --server, --token and --json.
 func (c *connFlags) addServerFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&c.server, "server", envOr(envServer, defaultServer),
+	fs.StringVarP(&c.server, "server", "s", envOr(envServer, defaultServer),
 		"fibrild's client protocol address, or a comma-separated list of a cluster's nodes, tried in turn (env "+envServer+")")
 	fs.StringVar(&c.token, "token", os.Getenv(envToken), "auth token (env "+envToken+")")
 	fs.BoolVar(&c.json, "json", false, "print JSON, one object per line")

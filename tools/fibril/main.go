@@ -85,14 +85,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 	}
+	lead, args := leadingFlags(args)
+	if len(args) > 0 && args[0] == "help" {
+		args = append(args[1:], "--help")
+	}
 	cmd, rest, ok := findCommand(args)
 	if !ok {
+		if len(args) > 0 && isGroup(args[0]) {
+			if len(args) == 2 && (args[1] == "--help" || args[1] == "-h") {
+				printGroupUsage(stdout, args[0])
+				return exitOK
+			}
+			if len(args) == 1 {
+				printGroupUsage(stderr, args[0])
+				return exitUsage
+			}
+		}
+		if len(args) == 1 && (args[0] == "--help" || args[0] == "-h") {
+			printUsage(stdout)
+			return exitOK
+		}
 		if len(args) > 0 {
 			fmt.Fprintf(stderr, "fibril: unknown command %q\n\n", strings.Join(args, " "))
 		}
 		printUsage(stderr)
-		return 2
+		return exitUsage
 	}
+	rest = append(rest, lead...)
 	name := "fibril " + strings.Join(cmd.path, " ")
 	err := cmd.run(ctx, rest, stdout, stderr)
 	var uerr *usageError
@@ -125,6 +144,49 @@ func findCommand(args []string) (command, []string, bool) {
 	return best, args[len(best.path):], true
 }
 
+// valueFlags are the connection flags that take a value: given before
+// the command, their value is the next argument unless written with "=".
+var valueFlags = map[string]bool{"--server": true, "-s": true, "--admin": true, "--admin-ca": true, "--token": true}
+
+// leadingFlags splits the flags written before the command's words
+// ("fibril -s HOST:7420 pub q") from the rest; the command parses them
+// after its own arguments, as if written last.
+func leadingFlags(args []string) (lead, rest []string) {
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") && args[0] != "-" {
+		switch a := args[0]; {
+		case a == "--help" || a == "-h" || a == "--version":
+			return lead, args
+		case valueFlags[a] && len(args) > 1:
+			lead, args = append(lead, a, args[1]), args[2:]
+		default:
+			lead, args = append(lead, a), args[1:]
+		}
+	}
+	return lead, args
+}
+
+// isGroup reports whether word starts commands of more than one word
+// ("queue", "cluster"): a group, with a help of its own.
+func isGroup(word string) bool {
+	for _, c := range commands {
+		if len(c.path) > 1 && c.path[0] == word {
+			return true
+		}
+	}
+	return false
+}
+
+// printGroupUsage lists the commands of group.
+func printGroupUsage(w io.Writer, group string) {
+	fmt.Fprintf(w, "Usage: fibril %s <command> [flags]\n\nCommands:\n", group)
+	for _, c := range commands {
+		if c.path[0] == group {
+			fmt.Fprintf(w, "  %-16s %s\n", strings.Join(c.path, " "), c.summary)
+		}
+	}
+	fmt.Fprintf(w, "\nRun 'fibril %s <command> --help' for a command's flags, 'fibril --help' for the connection flags.\n", group)
+}
+
 func printUsage(w io.Writer) {
 	fmt.Fprintf(w, "Usage: fibril <command> [flags]\n\nCommands:\n")
 	for _, c := range commands {
@@ -132,7 +194,8 @@ func printUsage(w io.Writer) {
 	}
 	fmt.Fprint(w, `
 Connection flags (commands that talk to fibrild):
-  --server ADDR   client protocol, for pub and sub (env FIBRIL_SERVER,
+  -s, --server ADDR
+                  client protocol, for pub and sub (env FIBRIL_SERVER,
                   default 127.0.0.1:7420); a comma-separated list of a
                   cluster's nodes (ADDR,ADDR,...) is tried in turn
   --admin URL     admin HTTP API, for queue and settings (env FIBRIL_ADMIN,
@@ -150,6 +213,7 @@ Exit status:
   3  not found (no such queue, setting, directory)
   4  conflict (e.g. declaring a queue with the other mode)
 
+Connection flags may come before the command or after it.
 Run 'fibril <command> --help' for a command's flags, 'fibril --version' for the version.
 `)
 }

@@ -26,6 +26,12 @@ func TestRunDispatch(t *testing.T) {
 		{args: []string{"queue", "ls", "--nope"}, code: 2, wantStderr: "unknown flag: --nope"},
 		{args: []string{"queue", "rm", "--help"}, code: 0, wantStdout: "Usage: fibril queue rm NAME"},
 		{args: []string{"sub", "--help"}, code: 0, wantStdout: "requeue"},
+		{args: []string{"queue", "--help"}, code: 0, wantStdout: "queue rm"},
+		{args: []string{"help", "cluster"}, code: 0, wantStdout: "cluster certs"},
+		{args: []string{"queue"}, code: 2, wantStderr: "Usage: fibril queue <command>"},
+		{args: []string{"-s", "127.0.0.1:1", "pub", "--help"}, code: 0, wantStdout: "-s, --server"},
+		{args: []string{"--admin", "http://127.0.0.1:1", "--json", "queue", "ls", "--nope"}, code: 2, wantStderr: "unknown flag: --nope"},
+		{args: []string{"help"}, code: 0, wantStdout: "Commands:"},
 	}
 	for _, tt := range tests {
 		var stdout, stderr bytes.Buffer
