@@ -38,6 +38,7 @@ func main() {
 	version := flags.String("version", "", "the build's version, as git describe prints it (required)")
 	build := flags.String("build", "build/package", "directory with <arch>/fibrild, <arch>/fibril and completions/")
 	dist := flags.String("dist", "dist", "directory the packages are written to")
+	date := flags.String("date", "", "the commit's date, YYYYMMDDhhmmss: orders builds without a release tag")
 	arches := flags.StringSlice("arch", []string{"amd64", "arm64"}, "architectures (Go names)")
 	formats := flags.StringSlice("format", []string{"deb", "rpm"}, "package formats")
 	if err := flags.Parse(os.Args[1:]); err != nil {
@@ -47,7 +48,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "mkpkg: --version is required")
 		os.Exit(2)
 	}
-	pkgVersion, err := packageVersion(*version)
+	pkgVersion, err := packageVersion(*version, *date)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "mkpkg: %v\n", err)
 		os.Exit(2)
@@ -75,15 +76,18 @@ func main() {
 
 var describeRE = regexp.MustCompile(`^v?(\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+?)?)(?:-(\d+)-g([0-9a-f]+))?$`)
 var hashRE = regexp.MustCompile(`^[0-9a-f]{4,40}$`)
+var dateRE = regexp.MustCompile(`^\d{14}$`)
 
-// packageVersion turns git describe's output into a version both dpkg and
-// rpm order correctly: a tag v1.2.3 gives 1.2.3 (v1.0.0-rc1 gives
-// 1.0.0~rc1, which sorts before 1.0.0); commits after it give
-// 1.2.3+git<n>.g<hash>; a repository without tags gives 0.0.0+git.g<hash>
-// (dpkg versions must start with a digit). "-dirty" becomes "dirty" after
-// a "+" or ".". A version given as a package version already (starting
-// with a digit, no "-") is used as it is.
-func packageVersion(describe string) (string, error) {
+// packageVersion turns git describe's output, and the commit's date
+// (YYYYMMDDhhmmss), into a version both dpkg and rpm order correctly: a
+// tag v1.2.3 gives 1.2.3 (v1.0.0-rc1 gives 1.0.0~rc1, which sorts before
+// 1.0.0); commits after it give 1.2.3+git<n>.g<hash>; a repository without
+// tags gives 0.0.0~git<date>.<hash> (dpkg versions must start with a
+// digit; the date makes later builds sort later, and "~" before any
+// release). "-dirty" becomes "dirty" after a "+" or ".". A version given as
+// a package version already (starting with a digit, no "-") is used as
+// it is.
+func packageVersion(describe, date string) (string, error) {
 	base, dirty := strings.CutSuffix(describe, "-dirty")
 	var v string
 	if m := describeRE.FindStringSubmatch(base); m != nil {
@@ -92,7 +96,10 @@ func packageVersion(describe string) (string, error) {
 			v += "+git" + m[2] + ".g" + m[3]
 		}
 	} else if hashRE.MatchString(base) {
-		v = "0.0.0+git.g" + base
+		if !dateRE.MatchString(date) {
+			return "", fmt.Errorf("a build without a release tag needs the commit's date (--date YYYYMMDDhhmmss), not %q", date)
+		}
+		v = "0.0.0~git" + date + "." + base
 	} else if describe != "" && describe[0] >= '0' && describe[0] <= '9' && !strings.ContainsAny(describe, " -/_") {
 		return describe, nil
 	} else {
