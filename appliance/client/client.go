@@ -23,6 +23,7 @@ type Client struct {
 	corr     atomic.Uint64 // last Corr used; Corr 0 is never sent
 	subID    atomic.Uint32 // last SubID used
 	inflight chan struct{} // one token per publish awaiting its Confirm
+	pubs     *outstanding  // the same publishes, for Flush
 
 	life    context.Context // cancelled by Close: stops reconnecting
 	stop    context.CancelFunc
@@ -64,6 +65,7 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 		opts:     o,
 		log:      o.Logger,
 		inflight: make(chan struct{}, o.MaxInFlight),
+		pubs:     newOutstanding(),
 		life:     life,
 		stop:     stop,
 		closing:  make(chan struct{}),

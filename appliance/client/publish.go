@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/fibril-edge/fibril/appliance/wire"
 )
@@ -186,6 +187,7 @@ func (c *Client) publishVia(ctx context.Context, wait bool, pin *conn, queue str
 		return nil, fmt.Errorf("client: publish to %s: %w", queue, ErrClosed)
 	}
 	f := &Future{done: make(chan struct{})}
+	c.pubs.add()
 	err := c.send(ctx, wait, p, &p.Corr, func(cn *conn) error {
 		if pin != nil && cn != pin {
 			return fmt.Errorf("%w (the publish it follows went out on an earlier connection)", ErrConnectionLost)
@@ -198,6 +200,7 @@ func (c *Client) publishVia(ctx context.Context, wait bool, pin *conn, queue str
 		return nil
 	}, func(fr wire.Frame, err error) {
 		<-c.inflight
+		defer c.pubs.done()
 		if err != nil {
 			f.complete(Confirm{}, fmt.Errorf("client: publish to %s: %w", queue, err))
 			return
@@ -211,7 +214,59 @@ func (c *Client) publishVia(ctx context.Context, wait bool, pin *conn, queue str
 	})
 	if err != nil {
 		<-c.inflight
+		c.pubs.done()
 		return nil, fmt.Errorf("client: publish to %s: %w", queue, err)
 	}
 	return f, nil
+}
+
+// Flush waits until every publish sent before it (PublishAsync and the
+// others) has been answered, confirmed or failed, or until ctx ends. It
+// says nothing of how they went: their Futures do. Publishes sent while
+// it waits are waited for too.
+func (c *Client) Flush(ctx context.Context) error {
+	select {
+	case <-c.pubs.idle():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("client: flush: %w", ctx.Err())
+	}
+}
+
+// outstanding counts the publishes sent and not answered yet.
+type outstanding struct {
+	mu   sync.Mutex // guards the fields below
+	n    int
+	none chan struct{} // closed while n is 0
+}
+
+func newOutstanding() *outstanding {
+	o := &outstanding{none: make(chan struct{})}
+	close(o.none)
+	return o
+}
+
+func (o *outstanding) add() {
+	o.mu.Lock()
+	if o.n == 0 {
+		o.none = make(chan struct{})
+	}
+	o.n++
+	o.mu.Unlock()
+}
+
+func (o *outstanding) done() {
+	o.mu.Lock()
+	o.n--
+	if o.n == 0 {
+		close(o.none)
+	}
+	o.mu.Unlock()
+}
+
+// idle is closed once no publish is outstanding.
+func (o *outstanding) idle() <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.none
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/fibril-edge/fibril/appliance/wire"
 )
@@ -258,5 +259,35 @@ func TestCloseAnswersInFlight(t *testing.T) {
 	s.mu.Unlock()
 	if last.Type() != wire.TypeGoodbye {
 		t.Errorf("last frame = %s, want Goodbye", last.Type())
+	}
+}
+
+// Flush waits for every publish in flight, answered in any order, and
+// ends with its ctx while one is still unanswered; with nothing in flight
+// it returns at once.
+func TestFlushWaitsForEveryPublish(t *testing.T) {
+	var held func() ([]*wire.Publish, *fakeConn)
+	s := newFake(t, func(s *fakeServer) { held = holdPublishes(s) })
+	c := dial(t, s, Options{})
+	if err := c.Flush(testCtx(t)); err != nil {
+		t.Fatalf("flush with nothing in flight: %v", err)
+	}
+	const n = 3
+	for i := range n {
+		c.PublishAsync("q", Message{Body: []byte{byte(i)}})
+	}
+	s.waitFor("the publishes in flight", func() bool { return s.countLocked(wire.TypePublish) == n })
+	pubs, fc := held()
+	fc.send(&wire.Confirm{Corr: pubs[2].Corr}, &wire.Confirm{Corr: pubs[0].Corr, Offset: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := c.Flush(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("flush with a publish unanswered: %v, want the deadline", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Flush(testCtx(t)) }()
+	fc.send(&wire.Confirm{Corr: pubs[1].Corr, Offset: 2})
+	if err := <-done; err != nil {
+		t.Fatalf("flush once every publish was answered: %v", err)
 	}
 }
