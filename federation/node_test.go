@@ -263,6 +263,14 @@ func TestClusterPortTLS(t *testing.T) {
 			break
 		}
 	}
+	// TLS 1.2 with CBC suites only: refused, whatever the certificate.
+	_, n1cli := nodeTLS("n1")
+	cbc := n1cli.Clone()
+	cbc.MaxVersion, cbc.CipherSuites = tls.VersionTLS12, []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, tls.TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA}
+	if conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", c.addrs["n1"], cbc); err == nil {
+		conn.Close()
+		t.Fatal("the cluster port completed a TLS 1.2 handshake with CBC suites only")
+	}
 	other, _ := testcert.SelfSigned(t) // a certificate the cluster did not sign
 	_, foreign := MutualTLS(other, pool)
 	srv, impostor := nodeTLS("n5") // signed, but for another node

@@ -228,7 +228,7 @@ func forwardOptions(cfg Config, clusterClientTLS *tls.Config) client.Options {
 		o.Token = cfg.Server.Tokens[0]
 	}
 	if cfg.Server.TLSCert != "" {
-		o.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+		o.TLS = &tls.Config{MinVersion: tls.VersionTLS12, CipherSuites: federation.AEADSuites}
 		if clusterClientTLS != nil {
 			o.TLS = clusterClientTLS.Clone()
 			o.TLS.Certificates = nil
