@@ -37,6 +37,9 @@ from --fibrild, or the fibrild next to this binary, or on PATH.
 
 Cases (--cases), each with --publishers publishers on their own
 connections, --payload-byte messages and one consumer that acks:
+  one-sync                     one publisher, one publish at a time: send,
+                               wait for the confirm, send the next (the
+                               plainest latency a user sees)
   rate-100, rate-1k, rate-10k  open-loop steady rates (rate-100 runs twice
                                --duration, so that p99.9 rests on 1,000 samples)
   burst                        200 messages every 100 ms
@@ -88,7 +91,7 @@ type benchOptions struct {
 
 var (
 	allSystems = []string{"fibril-durable", "fibril-buffered", "jetstream-always", "jetstream-default"}
-	allCases   = []string{"rate-100", "rate-1k", "rate-10k", "burst", "saturation"}
+	allCases   = []string{"one-sync", "rate-100", "rate-1k", "rate-10k", "burst", "saturation"}
 )
 
 func parseBenchFlags(args []string, stdout io.Writer) (*benchOptions, error) {

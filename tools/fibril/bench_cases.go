@@ -52,9 +52,12 @@ func runCases(ctx context.Context, o *benchOptions, sys *benchSystems, env e2ebe
 				name := fmt.Sprintf("bench-%s-%s-%d", c, s.name, r)
 				var out e2ebench.Result
 				var err error
-				if c == "saturation" {
+				switch c {
+				case "saturation":
 					out, err = e2ebench.RunSaturation(ctx, s.target, name, o.publishers, o.duration, ro)
-				} else {
+				case "one-sync":
+					out, err = e2ebench.RunOneSync(ctx, s.target, name, o.duration, ro)
+				default:
 					sch, serr := o.schedule(c)
 					if serr != nil {
 						return serr
@@ -91,6 +94,8 @@ func describeRun(r e2ebench.Result) string {
 		return fmt.Sprintf("%s confirmed %.0f/s, delivered %.0f/s", head, r.ConfirmedPerSec, r.DeliveredPerSec)
 	case !r.Sustained:
 		return fmt.Sprintf("%s not sustained, reached %.0f/s confirmed, %.0f/s delivered", head, r.ConfirmedPerSec, r.DeliveredPerSec)
+	case r.Case == "one-sync":
+		return fmt.Sprintf("%s confirm p50 %.0f µs p99 %.0f µs, %.0f confirms/s", head, r.Confirm.P50, r.Confirm.P99, r.ConfirmedPerSec)
 	}
 	return fmt.Sprintf("%s deliver p50 %.0f µs p99 %.0f µs; confirm p50 %.0f µs p99 %.0f µs",
 		head, r.Deliver.P50, r.Deliver.P99, r.Confirm.P50, r.Confirm.P99)
