@@ -12,7 +12,8 @@ import (
 // in progress appends whatever is pending at once, and publishes arriving
 // meanwhile form the next batch (the log's own group write does the rest).
 // In gap mode, used by buffered queues by default, the batch ends once no
-// publish arrived for the gap, so a burst goes out as one append.
+// publish arrived for the gap, so a burst goes out as one append; a
+// publish that finds the partition quiet goes at once, as in window mode.
 
 // Limits of publish batching. One append carries at most maxPublishBatch
 // publishes and maxBatchBytes of them (or a segment's fourth, if less), so
@@ -60,10 +61,16 @@ func (p *partition) publish(typ byte, rec []byte, done func(wal.AppendResult, er
 	}
 	p.batch.pending = append(p.batch.pending, pubReq{typ: typ, rec: rec, done: done})
 	p.batch.pendingSize += int64(len(rec))
-	p.batch.lastArrival = time.Now()
+	now := time.Now()
+	// A publish that finds the partition quiet (nothing pending, nothing
+	// being appended, none arrived within the gap) is no burst's start
+	// the gap would gather: it goes at once, so a lone publisher waits
+	// for no gap at all, and a burst's later publishes still gather.
+	alone := len(p.batch.pending) == 1 && !p.batch.flushing && now.Sub(p.batch.lastArrival) > gap
+	p.batch.lastArrival = now
 	full := len(p.batch.pending) >= maxPublishBatch || p.batch.pendingSize >= p.batchBytes()
 	switch {
-	case gap <= 0 || full:
+	case gap <= 0 || full || alone:
 		if p.batch.flushTimer != nil && p.batch.flushTimer.Stop() {
 			p.batch.flushTimer = nil
 		}
