@@ -410,3 +410,31 @@ func TestClientCloseEndsConsumers(t *testing.T) {
 		t.Errorf("frames %v, want the handler's Nack before Goodbye", order)
 	}
 }
+
+// Requeue and Reject are Nack's two meanings by name: a requeued message
+// comes again, one more delivery counted; a rejected one is gone.
+func TestRequeueAndReject(t *testing.T) {
+	s := newFake(t)
+	c := dial(t, s, Options{})
+	declare(t, c, Queue("q"))
+	publishN(t, c, "q", 1)
+	cons, err := c.Consume(testCtx(t), "q", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := receive(t, cons)
+	if err := first.Requeue(); err != nil {
+		t.Fatal(err)
+	}
+	again := receive(t, cons)
+	if again.Offset != first.Offset || again.Deliveries != 2 {
+		t.Fatalf("after Requeue got %+v, want offset %d delivered twice", again, first.Offset)
+	}
+	if err := again.Reject(); err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Requeue(); !errors.Is(err, ErrAlreadySettled) {
+		t.Fatalf("Requeue after Reject: %v, want ErrAlreadySettled", err)
+	}
+	s.waitFor("the rejected message gone", func() bool { return s.settledLocked("q") })
+}

@@ -71,6 +71,13 @@ func (d *Delivery) Nack(requeue bool) error {
 	return d.settle(settleDiscard)
 }
 
+// Requeue releases the message for redelivery: Nack(true), by name.
+func (d *Delivery) Requeue() error { return d.settle(settleRequeue) }
+
+// Reject discards the message, to the dead-letter queue if the queue
+// declares one: Nack(false), by name.
+func (d *Delivery) Reject() error { return d.settle(settleDiscard) }
+
 func (d *Delivery) settle(kind settleKind) error {
 	if d.consumer == nil {
 		return fmt.Errorf("%w: settle of a Delivery the client did not make", ErrInvalid)
