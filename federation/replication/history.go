@@ -98,7 +98,11 @@ func (h History) LastEpoch(end uint64) uint64 {
 
 // Adopt returns a copy's history once it takes the owner's records from
 // offset from on: its own intervals below from, then the owner's from
-// there (the one covering from clipped to start there).
+// there (the one covering from clipped to start there, unless the copy
+// keeps nothing of its own below from: an empty copy started at the
+// owner's head takes the owner's intervals whole, so that when it owns
+// the partition later, a copy holding the same instance's records from
+// further back is still judged a prefix, not cut back to its head).
 func (h History) Adopt(owner History, from uint64) History {
 	var out History
 	for _, iv := range h {
@@ -114,7 +118,9 @@ func (h History) Adopt(owner History, from uint64) History {
 		if end <= from {
 			continue
 		}
-		iv.From = max(iv.From, from)
+		if len(out) > 0 {
+			iv.From = max(iv.From, from)
+		}
 		if n := len(out); n > 0 && out[n-1].Instance == iv.Instance {
 			continue // the same run goes on
 		}

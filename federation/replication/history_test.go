@@ -55,8 +55,9 @@ func TestHistoryBeginAndAdopt(t *testing.T) {
 	if got, want := copyH.Adopt(History{{0, 5, 0}, {7, 40, 0}, {9, 60, 0}}, 50), (History{{0, 5, 0}, {7, 40, 0}, {9, 60, 0}}); !slices.Equal(got, want) {
 		t.Fatalf("adopt: %v, want %v", got, want)
 	}
-	// An empty copy at 70 takes only the instance writing there.
-	if got, want := (History{}).Adopt(History{{7, 0, 0}, {9, 60, 0}}, 70), (History{{9, 70, 0}}); !slices.Equal(got, want) {
+	// An empty copy at 70 takes only the instance writing there, whole:
+	// another copy's records of 9 from 60 on stay a prefix of it.
+	if got, want := (History{}).Adopt(History{{7, 0, 0}, {9, 60, 0}}, 70), (History{{9, 60, 0}}); !slices.Equal(got, want) {
 		t.Fatalf("adopt into an empty copy: %v, want %v", got, want)
 	}
 }
@@ -97,5 +98,28 @@ func TestHistoryEpochs(t *testing.T) {
 	got, err := decodeHistory(old)
 	if err != nil || !slices.Equal(got, History{{7, 40, 0}}) {
 		t.Fatalf("old history: %v, %v", got, err)
+	}
+}
+
+// An empty copy started at the owner's head (wiped, or placed after
+// retention moved the head) takes the owner's history whole. When it
+// later owns the partition, a copy holding the same instance's records
+// from below that head is a prefix of its log, not cut back to its head.
+func TestRebasedCopyKeepsTheOwnersIntervalsWhole(t *testing.T) {
+	owner := History{{Instance: 7, From: 0, Epoch: 1}}
+	rebased := History(nil).Start(5000).Adopt(owner, 5000)
+	if len(rebased) != 1 || rebased[0] != owner[0] {
+		t.Fatalf("the empty copy at 5000 adopted %+v, want the owner's %+v", rebased, owner)
+	}
+	newOwner := rebased.Begin(9, 9000).Installed(2)
+	other := History{{Instance: 7, From: 0, Epoch: 1}}
+	if at := ConsistentEnd(other, 4900, 9000, newOwner); at != 9000 {
+		t.Fatalf("a copy of instance 7 from 4900 to 9000 judged diverged at %d against %+v", at, newOwner)
+	}
+	// A copy keeping records of its own below from still has the owner's
+	// interval clipped where its own end.
+	mixed := History{{Instance: 3, From: 0, Epoch: 1}}.Adopt(History{{Instance: 3, From: 0, Epoch: 1}, {Instance: 7, From: 100, Epoch: 2}}, 50)
+	if len(mixed) != 2 || mixed[0].Instance != 3 || mixed[1] != (Interval{Instance: 7, From: 100, Epoch: 2}) {
+		t.Fatalf("a copy holding instance 3 below 50 adopted %+v", mixed)
 	}
 }
