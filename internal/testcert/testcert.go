@@ -11,6 +11,8 @@ import (
 	"crypto/x509/pkix"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -43,4 +45,15 @@ func SelfSigned(t testing.TB) (tls.Certificate, *x509.CertPool) {
 	pool := x509.NewCertPool()
 	pool.AddCert(leaf)
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+}
+
+// WriteFile writes a certificate's or key's PEM bytes as dir/name, readable
+// by its owner only (as fibrild requires of keys), and returns the path.
+func WriteFile(t testing.TB, dir, name string, pem []byte) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -7,8 +7,6 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/fibril-edge/fibril/appliance/admin"
 	"github.com/fibril-edge/fibril/appliance/client"
 	"github.com/fibril-edge/fibril/federation"
+	"github.com/fibril-edge/fibril/internal/testcert"
 )
 
 // TestClusterMutualTLSProcess: three fibrild processes secure their
@@ -33,13 +32,7 @@ func TestClusterMutualTLSProcess(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	write := func(name string, data []byte) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
+	write := func(name string, data []byte) string { return testcert.WriteFile(t, dir, name, data) }
 	caCert, caKey, err := federation.NewCA("site7")
 	if err != nil {
 		t.Fatal(err)

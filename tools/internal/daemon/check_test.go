@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fibril-edge/fibril/federation"
+	"github.com/fibril-edge/fibril/internal/testcert"
 )
 
 // The built-in config passes its own check, and Check agrees with Parse
@@ -70,13 +71,7 @@ func TestCheckRefusesWhatALaxReadingTakes(t *testing.T) {
 // refuses it, and passes the right one.
 func TestCheckClusterCertificateNamesTheNode(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name string, data []byte) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
+	write := func(name string, data []byte) string { return testcert.WriteFile(t, dir, name, data) }
 	caCert, caKey, err := federation.NewCA("site")
 	if err != nil {
 		t.Fatal(err)
