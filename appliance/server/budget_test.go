@@ -117,11 +117,21 @@ func TestDeliveryBudgetPausesThenClosesSlowConsumer(t *testing.T) {
 
 	slow := dialSmallWindow(t, s.addr)
 	slow.send(&wire.Subscribe{Corr: 1, SubID: 1, Queue: "q", Prefetch: prefetch})
-	fast := connect(t, s.addr, "")
-	fast.subscribe(1, "q", 20) // its window fits in the budget
-
 	published := make(chan error, 1)
 	go func() { published <- publishInOrder(s.addr, "q", n, size) }()
+
+	// The fast consumer comes once the slow one is paused: alone, the slow
+	// one holds the whole budget when it is paused, more than twice what
+	// its small kernel buffers take, so it cannot look caught up and be
+	// resumed (with a fast consumer from the start it could be paused
+	// holding little, resume once the kernel took half of that, and never
+	// be paused again once the queue was drained).
+	waitFor(t, "the slow consumer to be paused", func() bool {
+		_, _, now := s.SlowConsumers()
+		return now == 1
+	})
+	fast := connect(t, s.addr, "")
+	fast.subscribe(1, "q", 20) // its window fits in the budget
 
 	type progress struct {
 		distinct int
@@ -158,10 +168,6 @@ func TestDeliveryBudgetPausesThenClosesSlowConsumer(t *testing.T) {
 		fastDone <- progress{len(seen), nil}
 	}()
 
-	waitFor(t, "the slow consumer to be paused", func() bool {
-		_, _, now := s.SlowConsumers()
-		return now == 1
-	})
 	if err := <-published; err != nil {
 		t.Fatalf("publisher: %v", err)
 	}
