@@ -2,6 +2,7 @@ package wal
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"testing"
 
@@ -275,5 +276,44 @@ func TestScrubStopsAtClose(t *testing.T) {
 		}
 	default:
 		t.Fatal("Close returned before the scrub stopped")
+	}
+}
+
+// A torn write whose zero run is shorter than a sector: the sector holding
+// a record's first bytes kept its old content (the records before it, then
+// zeros) and the next sector, holding the rest of that record and later
+// ones, was written. Nothing but a torn write zeroes a record's bytes
+// exactly up to a sector boundary, so recovery cuts there; it must not
+// call the record damage and serve the unsynced records after it.
+func TestTornWriteShorterThanASector(t *testing.T) {
+	fs, dir := vfs.NewMem(), "log"
+	opts := damageOpts()
+	l := mustOpen(t, fs, dir, opts)
+	// Record 0 ends 3 bytes before the first sector boundary, so record 1's
+	// length starts there.
+	first := Entry{Type: 1, Payload: bytes.Repeat([]byte{'a'}, sectorSize-3-segmentHeaderSize-recordHeaderSize)}
+	es := []Entry{first}
+	for range 5 {
+		es = append(es, Entry{Type: 1, Payload: bytes.Repeat([]byte{'b'}, 100)})
+	}
+	if _, err := l.Append(testCtx(t), es, AfterFsync); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := segmentPath(fs, dir, 0)
+	data := readWholeFile(t, fs, path)
+	if got := binary.LittleEndian.Uint64(data[sectorSize-3+8:]); got != 1 {
+		t.Fatalf("record 1 is not at %d (offset field %d)", sectorSize-3, got)
+	}
+	clear(data[sectorSize-3 : sectorSize])
+	rewriteFile(t, fs, path, data)
+
+	l = mustOpen(t, fs, dir, opts)
+	defer l.Close()
+	rep := l.Recovery()
+	if rep.Stop == nil || rep.End != 1 || len(rep.Damaged) != 0 || rep.LostRecords != 0 {
+		t.Fatalf("recovery: stop %v end %d damaged %v lost %d; want a torn tail at offset 1", rep.Stop, rep.End, rep.Damaged, rep.LostRecords)
 	}
 }

@@ -78,7 +78,8 @@
 // range: copied to a .damaged file, their offsets a hole (reads fail with
 // *HoleError), counted by LostRecords, and the records after it serve. Not
 // found, or found only past an aligned all-zero 512-byte sector (space a
-// write never reached), the bad record is a torn tail. In a sealed segment,
+// write never reached), or its own bytes up to the next sector boundary
+// are all zero, the bad record is a torn tail. In a sealed segment,
 // whose records must reach the next segment's base, zeros are damage too and
 // a bad record with nothing valid after it loses the offsets up to there. EPOCH and latched-cut.pending hold a u64 and its
 // CRC32C, and are replaced atomically (temporary file, sync, rename,

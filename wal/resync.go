@@ -26,7 +26,11 @@ import (
 // segment, an aligned all-zero sector between the bad record and the next
 // valid one makes the bad record a torn tail: records after it were
 // written after the last sync and some of what came before them never
-// reached the disk, so the log is cut there as before.
+// reached the disk, so the log is cut there as before. So is a bad record
+// whose bytes up to the next sector boundary are all zero, however few
+// (etcd's rule too): the sector holding its start kept its old content
+// while a later one was written, and no bit flip or garbled range zeroes a
+// record's bytes exactly up to a sector boundary.
 
 // sectorSize is the unit a disk writes atomically, and the size of the
 // zeroed runs a torn write leaves.
@@ -49,6 +53,16 @@ type resyncResult struct {
 // aligned all-zero sector: a torn write.
 func resync(r io.ReaderAt, pos int64, want, limit uint64, maxLen int, tornRule bool) (resyncResult, error) {
 	res := resyncResult{dataEnd: pos}
+	if tornRule && pos%sectorSize != 0 {
+		lead := make([]byte, sectorSize-pos%sectorSize)
+		n, err := r.ReadAt(lead, pos)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return res, fmt.Errorf("read at %d: %w", pos, err)
+		}
+		if n == len(lead) && allZero(lead) {
+			return res, nil
+		}
+	}
 	buf := make([]byte, resyncChunk+sectorSize)
 	for at := pos + 1; ; at += resyncChunk {
 		n, err := r.ReadAt(buf, at)
