@@ -323,7 +323,8 @@ func declareResult(c QueueConfig, created bool) DeclareResult {
 }
 
 // DeleteQueue closes a queue and removes its logs, declaration and
-// snapshots. Subscriptions on it stop receiving.
+// snapshots. Subscriptions on it stop receiving, and their Ended is
+// called.
 func (b *Broker) DeleteQueue(ctx context.Context, name string) error {
 	if err := b.disk.metaRoom(true); err != nil { // before the queue closes: nothing half done
 		return fmt.Errorf("delete queue %s: %w", name, err)
@@ -339,7 +340,15 @@ func (b *Broker) DeleteQueue(ctx context.Context, name string) error {
 	delete(b.failed, name)
 	b.mu.Unlock()
 	if q != nil {
-		q.close(b)
+		ended, err := q.close(b)
+		if err != nil {
+			b.log.Warn("closing a deleted queue", "queue", name, "err", err)
+		}
+		for _, s := range ended {
+			if s.ended != nil {
+				s.ended()
+			}
+		}
 	}
 	if !b.solo() {
 		if err := b.meta.deleteQueue(name); err != nil {
@@ -463,7 +472,7 @@ func (b *Broker) Subscribe(queueName string, o SubscribeOptions) (*Subscription,
 	if o.Prefetch == 0 {
 		o.Prefetch = DefaultPrefetch
 	}
-	s := &Subscription{q: q, deliver: o.Deliver, credit: o.Prefetch, held: make(map[uint64]*partition)}
+	s := &Subscription{q: q, deliver: o.Deliver, ended: o.Ended, credit: o.Prefetch, held: make(map[uint64]*partition)}
 	q.subsMu.Lock()
 	q.subs[s] = struct{}{}
 	q.subsMu.Unlock()
@@ -522,7 +531,8 @@ func (b *Broker) Close() error {
 	b.ckptMu.Unlock()
 	var errs []error
 	for _, q := range queues {
-		errs = append(errs, q.close(b))
+		_, err := q.close(b)
+		errs = append(errs, err)
 	}
 	b.bg.Wait() // what they publish or settle now fails as closed
 	errs = append(errs, b.meta.close())

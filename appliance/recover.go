@@ -214,16 +214,22 @@ func (b *Broker) rebuild(rp *replayer, idx int, log *wal.Log, haveSnap bool, sna
 	return nil
 }
 
-// close stops the queue's partitions, syncing each log.
-func (q *queue) close(b *Broker) error {
+// close stops the queue's partitions, syncing each log. It returns the
+// subscriptions it ended (those not closed before), and the first error
+// of closing the logs.
+func (q *queue) close(b *Broker) ([]*Subscription, error) {
 	q.subsMu.Lock()
 	subs := make([]*Subscription, 0, len(q.subs))
 	for s := range q.subs {
 		subs = append(subs, s)
 	}
 	q.subsMu.Unlock()
+	ended := subs[:0]
 	for _, s := range subs {
 		s.mu.Lock()
+		if !s.closed {
+			ended = append(ended, s)
+		}
 		s.closed = true
 		s.mu.Unlock()
 	}
@@ -246,5 +252,5 @@ func (q *queue) close(b *Broker) error {
 			errs = append(errs, fmt.Errorf("close %s/%d: %w", q.cfg().Name, p.idx, err))
 		}
 	}
-	return errors.Join(errs...)
+	return ended, errors.Join(errs...)
 }

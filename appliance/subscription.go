@@ -35,6 +35,12 @@ type SubscribeOptions struct {
 	// called from the partitions' dispatchers, possibly concurrently for
 	// different partitions, and must not block for long.
 	Deliver func(Delivery)
+	// Ended, if set, is called once when the broker ends the subscription
+	// by itself: its queue was deleted, or this node stopped serving it
+	// (the queue moved to another node of a cluster). Not called after
+	// Close, nor when the broker closes. It must not block; no delivery
+	// follows it.
+	Ended func()
 }
 
 // DefaultPrefetch is the prefetch of a subscription that names none.
@@ -44,6 +50,7 @@ const DefaultPrefetch = 100
 type Subscription struct {
 	q       *queue
 	deliver func(Delivery)
+	ended   func() // SubscribeOptions.Ended
 
 	// mu guards credit, held, paused and closed: the subscription's own
 	// state, shared by its partitions. A partition takes it with its own

@@ -74,6 +74,9 @@ type Cluster struct {
 	forward     map[string]*client.Client  // by owner's client address
 	forwarders  map[string]*queueForwarder // by queue
 
+	proxyMu sync.Mutex                  // guards proxies
+	proxies map[*proxyConsumer]struct{} // subscriptions this node consumes on an owner (consume.go)
+
 	fo              *failover // recoveries (failover.go)
 	failoverTimeout time.Duration
 
@@ -94,7 +97,7 @@ func OpenCluster(o ClusterOptions) (*Cluster, error) {
 	}
 	c := &Cluster{log: logger.With("node", o.Node.ID), owned: map[string]*ownedPartition{},
 		declared: map[string]uint64{}, nodeSet: make(chan struct{}), bound: make(chan struct{}), stop: make(chan struct{}),
-		forwardOpts: o.Forward, forward: map[string]*client.Client{}, forwarders: map[string]*queueForwarder{}, replicaDir: o.ReplicaDir, replicaFS: o.ReplicaFS,
+		forwardOpts: o.Forward, forward: map[string]*client.Client{}, forwarders: map[string]*queueForwarder{}, proxies: map[*proxyConsumer]struct{}{}, replicaDir: o.ReplicaDir, replicaFS: o.ReplicaFS,
 		fo: newFailover(), failoverTimeout: o.FailoverTimeout}
 	if c.failoverTimeout <= 0 {
 		c.failoverTimeout = DefaultFailoverTimeout

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/appliance/client"
 	"github.com/fibril-edge/fibril/appliance/server"
+	"github.com/fibril-edge/fibril/federation/control"
 )
 
 // consumeTimeout bounds subscribing on the owner, dial included.
@@ -28,6 +31,12 @@ const consumeTimeout = 10 * time.Second
 // a delivery whose lease passed is delivered again. One difference: a
 // settle the owner refuses (its lease had expired) is logged here, not
 // answered to the client, since the proxy answers settles at once.
+//
+// The subscription follows the queue: once the control state names
+// another owner (a failover moved it, here or elsewhere) or no longer
+// has the queue, or the subscription on the owner ends by itself, it
+// ends and o.Ended tells the client, which subscribes again and so
+// reaches the queue where it is served now.
 func (c *Cluster) Consume(ctx context.Context, queue string, o appliance.SubscribeOptions) (server.Consumer, int, bool, error) {
 	if _, _, ok := c.Owner(queue); !ok {
 		return nil, 0, false, nil
@@ -38,8 +47,8 @@ func (c *Cluster) Consume(ctx context.Context, queue string, o appliance.Subscri
 	if err != nil {
 		return nil, 0, true, err
 	}
-	p := &proxyConsumer{deliver: o.Deliver, held: map[uint64]*client.Delivery{},
-		log: c.log.With("queue", queue, "owner", id)}
+	p := &proxyConsumer{c: c, queue: queue, owner: id, deliver: o.Deliver, ended: o.Ended,
+		held: map[uint64]*client.Delivery{}, log: c.log.With("queue", queue, "owner", id)}
 	cons, err := cl.Subscribe(ctx, queue, client.SubscribeOptions{Prefetch: o.Prefetch, ManualAck: true,
 		Handler: p.handle, OnError: p.report})
 	if err != nil {
@@ -48,14 +57,56 @@ func (c *Cluster) Consume(ctx context.Context, queue string, o appliance.Subscri
 	p.mu.Lock()
 	p.cons = cons
 	p.mu.Unlock()
+	c.proxyMu.Lock()
+	c.proxies[p] = struct{}{}
+	c.proxyMu.Unlock()
+	go func() {
+		select {
+		case <-cons.Done():
+			p.end(fmt.Sprintf("the subscription on node %s ended: %v", id, cons.Err()))
+		case <-c.stop:
+		}
+	}()
+	c.checkProxies() // the queue may have moved while it subscribed
 	return p, cons.Partitions(), true, nil
+}
+
+// checkProxies ends the proxied subscriptions whose queue the control
+// state no longer places on the node they consume from.
+func (c *Cluster) checkProxies() {
+	c.proxyMu.Lock()
+	ps := slices.Collect(maps.Keys(c.proxies))
+	c.proxyMu.Unlock()
+	if len(ps) == 0 {
+		return
+	}
+	owners := map[string]string{}
+	c.node.read(func(s *control.State) {
+		for _, p := range ps {
+			if as := s.Assignments[p.queue]; len(as) > 0 {
+				owners[p.queue] = as[0].Owner
+			}
+		}
+	})
+	for _, p := range ps {
+		switch owner, ok := owners[p.queue]; {
+		case !ok:
+			p.end("the cluster no longer has the queue")
+		case owner != p.owner:
+			p.end("the queue moved to node " + owner)
+		}
+	}
 }
 
 // proxyConsumer is a subscription on the owner seen through this node.
 // Its tags are its own: the owner's tags are per connection and start
 // again after a reconnect, so two deliveries could share one.
 type proxyConsumer struct {
+	c       *Cluster
+	queue   string
+	owner   string // the node consumed from
 	deliver func(appliance.Delivery)
+	ended   func() // appliance.SubscribeOptions.Ended
 	log     *slog.Logger
 
 	mu     sync.Mutex // guards the fields below
@@ -188,13 +239,38 @@ func (p *proxyConsumer) settle(tags []uint64, apply func(*client.Delivery) error
 
 // Close unsubscribes on the owner, which releases what is unsettled.
 func (p *proxyConsumer) Close() {
+	if cons := p.stop(); cons != nil {
+		cons.Close()
+	}
+}
+
+// end ends the subscription by itself (see Consume): the client is told,
+// and the owner is unsubscribed from in the background (it may be gone).
+func (p *proxyConsumer) end(why string) {
+	cons := p.stop()
+	if cons == nil {
+		return // closed or ended before
+	}
+	p.log.Info("proxied subscription ended; the client subscribes again", "why", why)
+	go cons.Close()
+	if p.ended != nil {
+		p.ended()
+	}
+}
+
+// stop marks p closed and forgets it; it returns the subscription on the
+// owner the first time, nil after.
+func (p *proxyConsumer) stop() *client.Consumer {
+	p.c.proxyMu.Lock()
+	delete(p.c.proxies, p)
+	p.c.proxyMu.Unlock()
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
 	p.closed = true
 	p.resumeLocked()
 	p.held = map[uint64]*client.Delivery{}
-	cons := p.cons
-	p.mu.Unlock()
-	if cons != nil {
-		cons.Close()
-	}
+	return p.cons
 }

@@ -2,6 +2,7 @@ package federation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -104,7 +105,7 @@ func TestConsumeThroughAnyNode(t *testing.T) {
 // proxy lets its held handlers go without delivering.
 func TestProxyConsumerPauses(t *testing.T) {
 	delivered := make(chan string, 4)
-	p := &proxyConsumer{deliver: func(d appliance.Delivery) { delivered <- string(d.Body) },
+	p := &proxyConsumer{c: &Cluster{proxies: map[*proxyConsumer]struct{}{}}, deliver: func(d appliance.Delivery) { delivered <- string(d.Body) },
 		held: map[uint64]*client.Delivery{}, log: slog.New(slog.DiscardHandler)}
 	p.Pause()
 	handled := make(chan struct{})
@@ -147,5 +148,87 @@ func TestProxyConsumerPauses(t *testing.T) {
 	<-held
 	if len(delivered) != 0 {
 		t.Fatal("a closed proxy delivered what it held")
+	}
+}
+
+// A consumer follows its queue when the queue fails over: one consuming
+// through a node that does not own the queue (a proxy to the owner) and
+// one on a node that owned it are told the subscription ended and
+// subscribe again by themselves, so both go on receiving from the new
+// owner without reconnecting; nothing unsettled is lost.
+func TestConsumersFollowAFailover(t *testing.T) {
+	nodes := startNodes(t, 3, nodeOptions{clients: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "jobs", Durability: appliance.Durable}, "")
+	epoch := nodes.assignments(t, "jobs")[0].Epoch
+	var via *clusterNode // not the owner; stays up
+	for _, n := range nodes {
+		if n != owner && (via == nil || n.id < via.id) {
+			via = n
+		}
+	}
+	cl := via.dial(t, ctx)
+	cons, err := cl.Consume(ctx, "jobs", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	seen := map[string]bool{}
+	receive := func(want int, when string) {
+		t.Helper()
+		for len(seen) < want {
+			select {
+			case d := <-cons.Messages():
+				seen[string(d.Body)] = true
+				if err := d.Ack(); err != nil && !errors.Is(err, client.ErrStaleDelivery) {
+					t.Fatalf("ack %s: %v", d.Body, err)
+				}
+			case <-cons.Done():
+				t.Fatalf("%s: the consumer ended: %v", when, cons.Err())
+			case <-ctx.Done():
+				t.Fatalf("%s: %d of %d messages received through %s", when, len(seen), want, via.id)
+			}
+		}
+	}
+	for i := range 20 {
+		if _, err := cl.Publish(ctx, "jobs", client.Message{Body: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	receive(20, "before the failover")
+
+	owner.close()
+	delete(nodes, owner.id)
+	next := nodes.servedAfter(t, "jobs", epoch)
+	for i := 20; i < 40; i++ {
+		for {
+			if _, err := cl.Publish(ctx, "jobs", client.Message{ID: fmt.Sprint(i), Body: []byte(fmt.Sprint(i))}); err == nil {
+				break
+			} else if ctx.Err() != nil {
+				t.Fatalf("publish %d after the owner's loss: %v", i, err)
+			}
+		}
+	}
+	receive(40, "after the failover to "+next.id)
+
+	// A deleted queue's end reaches its consumers, on the owner and
+	// through a proxy, as ErrNotFound, not as silence.
+	direct, err := next.dial(t, ctx).Consume(ctx, "jobs", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := next.cluster.DeleteQueue(ctx, "jobs"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*client.Consumer{direct, cons} {
+		select {
+		case <-c.Done():
+			if !errors.Is(c.Err(), client.ErrNotFound) {
+				t.Fatalf("consumer ended with %v after the delete, want not found", c.Err())
+			}
+		case <-ctx.Done():
+			t.Fatal("a consumer of a deleted queue did not end")
+		}
 	}
 }

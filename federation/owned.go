@@ -67,6 +67,7 @@ func (c *Cluster) followAssignments() {
 		for _, op := range owned {
 			op.follow()
 		}
+		c.checkProxies()
 		select {
 		case <-changed:
 		case <-c.stop:

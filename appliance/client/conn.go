@@ -311,6 +311,13 @@ func (cn *conn) handle(f wire.Frame) error {
 	case *wire.Subscribed:
 		cn.complete(f.Corr, f, nil)
 	case *wire.Unsubscribed:
+		if f.Corr == 0 { // unasked: the broker ended it
+			if s := cn.subs[f.SubID]; s != nil {
+				delete(cn.subs, f.SubID)
+				s.brokerEnded(cn)
+			}
+			return nil
+		}
 		delete(cn.subs, f.SubID)
 		cn.complete(f.Corr, f, nil)
 	case *wire.SettleError:

@@ -86,6 +86,7 @@ type Consumer struct {
 	err         error
 	retry       *time.Timer
 	attempt     int
+	gen         uint64 // subscriptions the broker ended by itself (brokerEnded)
 }
 
 // Subscribe starts a consumer that calls opts.Handler for each delivery

@@ -32,7 +32,8 @@ type Delivery struct {
 	Tag         uint64 // the broker's delivery tag, valid on this connection only
 
 	consumer *Consumer
-	conn     *conn // the connection it arrived on
+	conn     *conn  // the connection it arrived on
+	gen      uint64 // the consumer's subscription on conn it arrived under
 	settled  atomic.Bool
 }
 
@@ -87,6 +88,9 @@ func (d *Delivery) settle(kind settleKind) error {
 	}
 	if d.consumer.isClosed() {
 		return fmt.Errorf("client: tag %d (consumer closed): %w", d.Tag, ErrStaleDelivery)
+	}
+	if d.consumer.endedSince(d.gen) {
+		return fmt.Errorf("client: tag %d (the broker ended that subscription): %w", d.Tag, ErrStaleDelivery)
 	}
 	if err := d.conn.settle(d.consumer.id, kind, d.Tag); err != nil {
 		return fmt.Errorf("client: tag %d (connection ended): %w", d.Tag, err)

@@ -35,6 +35,7 @@ func (s *Consumer) push(cn *conn, f *wire.Deliver) {
 		s.mu.Unlock()
 		return // closing: the broker releases it
 	}
+	d.gen = s.gen
 	s.buf = append(s.buf, d)
 	s.mu.Unlock()
 	s.signal()

@@ -143,6 +143,36 @@ func (s *Consumer) resubscribed(cn *conn, f wire.Frame, err error) {
 	}
 }
 
+// brokerEnded handles an unasked Unsubscribed on cn: the broker ended the
+// subscription by itself (its queue moved to another node, or was
+// deleted). The deliveries received under it are stale; the Consumer
+// subscribes again on cn after a backoff, which reaches a queue that moved
+// at its new owner, and ends with ErrNotFound if the queue is gone. It
+// runs on cn's reader goroutine.
+func (s *Consumer) brokerEnded(cn *conn) {
+	s.mu.Lock()
+	if s.state != subActive || s.conn != cn {
+		s.mu.Unlock()
+		return
+	}
+	s.conn, s.buf = nil, nil
+	s.gen++
+	wait := backoff(s.attempt, s.c.opts.InitialBackoff, s.c.opts.MaxBackoff)
+	s.attempt++
+	s.retry = time.AfterFunc(wait, func() { s.resubscribe(cn) })
+	s.mu.Unlock()
+	s.c.log.Info("fibril: the broker ended a subscription (its queue moved or was deleted); subscribing again",
+		"queue", s.queue, "addr", cn.addr, "in", wait)
+}
+
+// endedSince reports whether the broker ended the subscription a delivery
+// of generation gen came under.
+func (s *Consumer) endedSince(gen uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gen != gen
+}
+
 // connLost drops the deliveries of cn not yet handed out; the broker
 // releases them.
 func (s *Consumer) connLost(cn *conn) {

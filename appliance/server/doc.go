@@ -36,7 +36,10 @@
 //   - A subscription never has more unsettled deliveries out than its
 //     window (Prefetch plus Credit); the broker enforces it. Subscribed goes
 //     out before the subscription's first Deliver, and no Deliver for a
-//     SubID follows its Unsubscribed.
+//     SubID follows its Unsubscribed. When the broker ends a subscription
+//     by itself (its queue deleted, or moved to another node of a
+//     cluster), the client is sent Unsubscribed{Corr 0} and may subscribe
+//     again under the same SubID.
 //   - A protocol violation (malformed, oversized or unknown frame, a frame
 //     from the wrong direction, a request with Corr 0, a second Hello)
 //     closes that connection only, after Error{Corr 0}. A panic while

@@ -144,16 +144,20 @@ func (c *conn) publish(f *wire.Publish) bool {
 }
 
 func (c *conn) subscribe(f *wire.Subscribe) wire.Frame {
-	if _, dup := c.subs[f.SubID]; dup {
-		return &wire.Error{Corr: f.Corr, Code: wire.CodeBadRequest,
-			Message: fmt.Sprintf("subscription %d is already active on this connection", f.SubID)}
+	if old, dup := c.subs[f.SubID]; dup {
+		if !old.endedByBroker() {
+			return &wire.Error{Corr: f.Corr, Code: wire.CodeBadRequest,
+				Message: fmt.Sprintf("subscription %d is already active on this connection", f.SubID)}
+		}
+		delete(c.subs, f.SubID) // the broker ended it: the client subscribes again
+		old.end()
 	}
 	s := &subscription{c: c, id: f.SubID}
 	// Hold s until Subscribed is queued: the broker may deliver at once,
 	// and Subscribed must go out first.
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	o := appliance.SubscribeOptions{Prefetch: int(f.Prefetch), Deliver: s.deliver}
+	o := appliance.SubscribeOptions{Prefetch: int(f.Prefetch), Deliver: s.deliver, Ended: s.brokerEnded}
 	var sub Consumer
 	local, err := c.s.b.Subscribe(f.Queue, o)
 	if err == nil {

@@ -19,6 +19,9 @@ type subscription struct {
 	mu    sync.Mutex
 	sub   Consumer
 	ended bool
+	// byBroker: the broker ended it by itself (Ended) and the client was
+	// sent Unsubscribed; a Subscribe may take its SubID again.
+	byBroker bool
 }
 
 // deliver is the broker's Deliver callback. It never waits on the client:
@@ -47,6 +50,32 @@ func (s *subscription) deliver(d appliance.Delivery) {
 	if s.c.pushDelivery(f) {
 		s.c.s.overBudget(time.Now())
 	}
+}
+
+// brokerEnded is the subscription's Ended callback: its queue was
+// deleted, or this node stopped serving it (a cluster moved it, or the
+// owner this node consumed it from lost it). The client is sent an
+// unsolicited Unsubscribed (Corr 0) and subscribes again if it wants: a
+// queue that moved is then served from its new owner, a deleted one is
+// not found.
+func (s *subscription) brokerEnded() {
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
+	s.ended, s.byBroker = true, true
+	s.mu.Unlock()
+	s.c.removeLive(s)
+	s.c.log.Info("subscription ended by the broker; the client may subscribe again", "sub", s.id)
+	s.c.push(&wire.Unsubscribed{SubID: s.id})
+}
+
+// endedByBroker reports whether brokerEnded ended s.
+func (s *subscription) endedByBroker() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byBroker
 }
 
 // end closes the broker subscription: what it holds unsettled is ready

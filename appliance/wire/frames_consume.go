@@ -76,7 +76,12 @@ func decodeUnsubscribe(d decoder) (Frame, error) {
 }
 
 // Unsubscribed answers an Unsubscribe: no Deliver for SubID follows it, and
-// the SubID may be used again.
+// the SubID may be used again. Sent with Corr 0, unasked, it says the
+// broker ended the subscription by itself: its queue was deleted, or the
+// node stopped serving it (it moved to another node of a cluster). The
+// client may subscribe again under the same SubID: a queue that moved is
+// then consumed from its new owner, a deleted one is not found. Settles of
+// its deliveries are stale from then on; the owner delivers them again.
 type Unsubscribed struct {
 	Corr  uint64
 	SubID uint32
