@@ -60,6 +60,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEvents$$' -fuzztime $$((40000 * $(FUZZSCALE)))x ./appliance
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSnapshot$$' -fuzztime $$((40000 * $(FUZZSCALE)))x ./appliance
 	$(GO) test -run '^$$' -fuzz '^FuzzRaftRelay$$' -fuzztime $$((40000 * $(FUZZSCALE)))x ./federation
+	$(GO) test -run '^$$' -fuzz '^FuzzControlRequest$$' -fuzztime $$((30000 * $(FUZZSCALE)))x ./federation
+	$(GO) test -run '^$$' -fuzz '^FuzzRestoreSnapshot$$' -fuzztime $$((30000 * $(FUZZSCALE)))x ./federation/control
 	$(GO) test -run '^$$' -fuzz '^FuzzApplyCommand$$' -fuzztime $$((40000 * $(FUZZSCALE)))x ./federation/control
 	$(GO) test -run '^$$' -fuzz '^FuzzSubjectMapping$$' -fuzztime $$((40000 * $(FUZZSCALE)))x ./bridge
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTokens$$' -fuzztime $$((40000 * $(FUZZSCALE)))x ./tools/internal/daemon

@@ -92,26 +92,43 @@ func (n *Node) isMember(id string) bool {
 	return ok
 }
 
+// readControlRequest decodes one control request, reading at most
+// maxControlRequest bytes.
+func readControlRequest(r io.Reader) (controlRequest, error) {
+	var req controlRequest
+	if err := json.NewDecoder(io.LimitReader(r, maxControlRequest)).Decode(&req); err != nil {
+		return controlRequest{}, fmt.Errorf("%w: control request: %w", appliance.ErrInvalid, err)
+	}
+	return req, nil
+}
+
+// refuseControl checks a request against the node its peer's certificate
+// names: a peer may ask to join only as itself, unless it is a member
+// passing a joiner's request on, and a node brings only its own queues
+// along.
+func refuseControl(req controlRequest, peer string, isMember func(string) bool) error {
+	if req.Join != nil && req.Join.ID != peer && !isMember(peer) {
+		return fmt.Errorf("%w: the certificate names node %q, which may not join as %q", appliance.ErrInvalid, peer, req.Join.ID)
+	}
+	if req.Command != nil && req.Command.Op == control.OpAdopt && req.Command.Owner != peer {
+		return fmt.Errorf("%w: the certificate names node %q, which may not bring queues along for %q", appliance.ErrInvalid, peer, req.Command.Owner)
+	}
+	return nil
+}
+
 // serveControl answers one control request; only the leader applies.
 func (n *Node) serveControl(c net.Conn) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(controlTimeout))
-	var req controlRequest
-	if err := json.NewDecoder(io.LimitReader(c, maxControlRequest)).Decode(&req); err != nil {
+	req, err := readControlRequest(c)
+	if err != nil {
 		return
 	}
-	// A peer is the node its certificate names: it may ask to join only as
-	// itself, unless it is a member passing a joiner's request on.
-	if id, ok := PeerNodeID(c); ok && req.Join != nil && req.Join.ID != id && !n.isMember(id) {
-		json.NewEncoder(c).Encode(encodeResult(control.Result{Err: fmt.Errorf(
-			"%w: the certificate names node %q, which may not join as %q", appliance.ErrInvalid, id, req.Join.ID)}))
-		return
-	}
-	// A node brings only its own queues along.
-	if id, ok := PeerNodeID(c); ok && req.Command != nil && req.Command.Op == control.OpAdopt && req.Command.Owner != id {
-		json.NewEncoder(c).Encode(encodeResult(control.Result{Err: fmt.Errorf(
-			"%w: the certificate names node %q, which may not bring queues along for %q", appliance.ErrInvalid, id, req.Command.Owner)}))
-		return
+	if id, ok := PeerNodeID(c); ok {
+		if err := refuseControl(req, id, n.isMember); err != nil {
+			json.NewEncoder(c).Encode(encodeResult(control.Result{Err: err}))
+			return
+		}
 	}
 	if req.Ping {
 		json.NewEncoder(c).Encode(controlResponse{})

@@ -156,6 +156,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err := json.NewDecoder(rc).Decode(s); err != nil {
 		return fmt.Errorf("control: restore snapshot: %w", err)
 	}
+	if err := s.check(); err != nil {
+		return fmt.Errorf("control: restore snapshot: %w", err)
+	}
 	f.mu.Lock()
 	f.state = s
 	f.mu.Unlock()

@@ -45,6 +45,9 @@ func FuzzApplyCommand(f *testing.F) {
 			}
 			return
 		}
+		if err := st.check(); err != nil {
+			t.Fatalf("an applied command left a state that fails its check: %v", err)
+		}
 		for name, q := range st.Queues {
 			as := st.Assignments[name]
 			if len(as) != q.Config.Partitions {
@@ -66,6 +69,53 @@ func FuzzApplyCommand(f *testing.F) {
 		}
 		if again, _ := json.Marshal(restored.State()); string(again) != string(snap) {
 			t.Fatalf("snapshot does not survive a restore:\n%s\n%s", snap, again)
+		}
+	})
+}
+
+// FuzzRestoreSnapshot restores arbitrary bytes as a snapshot from the
+// leader: they are refused, or they leave a state that passes its check,
+// takes a command and survives another snapshot and restore unchanged.
+func FuzzRestoreSnapshot(f *testing.F) {
+	fsm := NewFSM(nil)
+	for i, c := range goldenCommands() {
+		b, _ := json.Marshal(c)
+		fsm.Apply(&raft.Log{Index: uint64(i + 1), Data: b})
+	}
+	good, err := json.Marshal(fsm.State())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add([]byte(`{"members":null,"queues":{"q":{"config":{"Name":"q","Partitions":2}}}}`))
+	f.Add([]byte(`{"assignments":{"q":[{"queue":"q","partition":0,"owner":"ghost"}]}}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fsm := NewFSM(nil)
+		if err := fsm.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+			if len(fsm.State().Queues) != 0 || len(fsm.State().Members) != 0 {
+				t.Fatalf("a refused snapshot (%v) changed the state", err)
+			}
+			return
+		}
+		st := fsm.State()
+		if err := st.check(); err != nil {
+			t.Fatalf("a restored state fails its check: %v", err)
+		}
+		for i, c := range goldenCommands() {
+			b, _ := json.Marshal(c)
+			fsm.Apply(&raft.Log{Index: st.Applied + uint64(i) + 1, Data: b}) // refused or applied; never a panic
+		}
+		snap, err := json.Marshal(fsm.State())
+		if err != nil {
+			t.Fatal(err)
+		}
+		again := NewFSM(nil)
+		if err := again.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
+			t.Fatalf("the state's own snapshot is refused: %v", err)
+		}
+		if back, _ := json.Marshal(again.State()); !bytes.Equal(back, snap) {
+			t.Fatalf("a snapshot and restore changed the state:\n%s\n%s", snap, back)
 		}
 	})
 }

@@ -116,6 +116,47 @@ func newState() *State {
 		Assignments: map[string][]Assignment{}, Settings: map[string]string{}}
 }
 
+// check refuses a state apply could never have made, and makes missing
+// maps empty. A restored snapshot is read from the leader's bytes; a
+// state that broke these would fail later, far from its cause.
+func (s *State) check() error {
+	if s.Members == nil {
+		s.Members = map[string]Member{}
+	}
+	if s.Queues == nil {
+		s.Queues = map[string]Queue{}
+	}
+	if s.Assignments == nil {
+		s.Assignments = map[string][]Assignment{}
+	}
+	if s.Settings == nil {
+		s.Settings = map[string]string{}
+	}
+	for id, m := range s.Members {
+		if id == "" || m.ID != id {
+			return fmt.Errorf("%w: member %q listed as %q", appliance.ErrInvalid, m.ID, id)
+		}
+	}
+	for name, q := range s.Queues {
+		as := s.Assignments[name]
+		if q.Config.Name != name || q.Config.Partitions < 1 || len(as) != q.Config.Partitions {
+			return fmt.Errorf("%w: queue %q (named %q) has %d partitions and %d assignments",
+				appliance.ErrInvalid, name, q.Config.Name, q.Config.Partitions, len(as))
+		}
+		for i, a := range as {
+			if a.Queue != name || a.Partition != i {
+				return fmt.Errorf("%w: queue %q's assignment %d is for %s/%d", appliance.ErrInvalid, name, i, a.Queue, a.Partition)
+			}
+		}
+	}
+	for name := range s.Assignments {
+		if _, ok := s.Queues[name]; !ok {
+			return fmt.Errorf("%w: assignments for queue %q, which is not declared", appliance.ErrInvalid, name)
+		}
+	}
+	return nil
+}
+
 // clone deep-copies the state for a reader or a snapshot.
 func (s *State) clone() *State {
 	c := newState()
