@@ -183,22 +183,18 @@ func (t *dedupeTable) complete(e *dedupeEntry, offset uint64, err error) {
 
 // remember marks the id of a publish applied at offset as stored, adding
 // it if the table does not hold it (its entry was evicted while the
-// publish was in flight). It returns the table's copy of the id, so that
-// the partition's state shares it instead of keeping its own.
-func (t *dedupeTable) remember(id string, part int, offset uint64, at time.Time, bounds dedupeBounds) string {
+// publish was in flight). Another publish of the id holding the entry
+// keeps it.
+func (t *dedupeTable) remember(id string, part int, offset uint64, at time.Time, bounds dedupeBounds) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e, ok := t.byID[id]
 	switch {
 	case ok && !e.stored && int(e.part) == part:
 		e.stored, e.offset = true, offset
-	case ok:
-		return e.id // another publish of the id holds the entry: leave it
-	default:
-		e = &dedupeEntry{id: id, at: at.UnixNano(), part: int32(part), stored: true, offset: offset}
-		t.addLocked(e, bounds, true)
+	case !ok:
+		t.addLocked(&dedupeEntry{id: id, at: at.UnixNano(), part: int32(part), stored: true, offset: offset}, bounds, true)
 	}
-	return e.id
 }
 
 // restore loads, at open, ids a snapshot or the replay found stored in

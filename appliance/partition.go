@@ -438,14 +438,16 @@ func (p *partition) mirrorLocked() {
 }
 
 // rememberLocked marks a published message id stored in the queue's
-// dedupe table, and lets the message share the table's copy of its id.
+// dedupe table; the message keeps no copy of its id.
 func (p *partition) rememberLocked(off uint64) {
 	m := p.core.st.msgs[off]
-	cfg := p.q.cfg()
-	if m == nil || m.id == "" || cfg.DedupeWindow <= 0 {
+	if m == nil || m.id == "" {
 		return
 	}
-	m.id = p.q.dedupe.remember(m.id, p.idx, off, m.at, cfg.dedupeBounds())
+	if cfg := p.q.cfg(); cfg.DedupeWindow > 0 {
+		p.q.dedupe.remember(m.id, p.idx, off, m.at, cfg.dedupeBounds())
+	}
+	m.id = "" // the table keeps its own copy, within its bounds
 }
 
 func (p *partition) wake() {

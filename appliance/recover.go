@@ -126,9 +126,12 @@ func (rp *replayer) apply(r wal.Record) error {
 	case eff == effectOverLimit: // r settles an earlier message: dead-letter that one
 		target, _ := decodeSettle(r.Payload) // apply decoded it already
 		rp.over = append(rp.over, target)
-	case isPublish(r.Type) && cfg.DedupeWindow > 0:
+	case isPublish(r.Type):
 		if m := rp.st.msgs[r.Offset]; m != nil && m.id != "" {
-			rp.addDedupe(dedupeRecord{ID: m.id, Offset: r.Offset, At: m.at})
+			if cfg.DedupeWindow > 0 {
+				rp.addDedupe(dedupeRecord{ID: m.id, Offset: r.Offset, At: m.at})
+			}
+			m.id = "" // the table keeps it (see message.id)
 		}
 	}
 	return nil

@@ -40,6 +40,7 @@ func (snap snapshot) restore() *partitionState {
 	s := newPartitionState(snap.Boundary)
 	for i := range snap.Messages {
 		m := snap.Messages[i]
+		m.id = "" // the dedupe table is restored from Dedupe; messages keep no id (see message.id)
 		s.add(&m)
 	}
 	return s

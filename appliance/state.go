@@ -36,8 +36,13 @@ type message struct {
 	size       int64  // storedSize: what the queue's max_bytes counts
 	deliveries uint32 // deliveries that ended without an ack (release, expiry)
 	at         time.Time
-	id         string
-	status     msgStatus
+	// id is the message id from the publish until the dedupe table has
+	// it (rememberLocked, or the replay's addDedupe), then "": the table
+	// keeps its own copy within its bounds, and an id held for every
+	// unsettled message would not be bounded by them (2,400 ids of 64
+	// KiB held 157 MB).
+	id     string
+	status msgStatus
 }
 
 // storedSize is what a message counts against its queue's MaxBytes and in

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,9 +16,10 @@ import (
 // bounds their sum, which many slow consumers could otherwise push past
 // what a small box holds.
 //
-// When a delivery takes the total past the budget, the connection with the
-// most bytes queued (the slowest consumer) is paused: its subscriptions
-// take no new deliveries, which go to the other consumers of their queues.
+// When a delivery takes the total past the budget, the connections with the
+// most bytes queued (the slowest consumers) are paused, slowest first,
+// until the others hold at most half the budget: their subscriptions take
+// no new deliveries, which go to the other consumers of their queues.
 // A paused connection resumes once it has written half of what it held
 // when paused (to its socket: what the kernel's buffers take counts as
 // written, since it no longer sits in the broker's memory). One that has
@@ -55,45 +58,60 @@ type pausedConn struct {
 func (b *deliveryBudget) add(n int64) int64 { return b.total.Add(n) }
 
 // overBudget runs after a delivery took the total past the budget: at
-// most once per budgetScanEvery, it finds the connection with the most
-// deliveries queued and pauses it, unless it is paused already.
+// most once per budgetScanEvery, it pauses the connections with the most
+// deliveries queued, slowest first, until what the others hold is within
+// half the budget. Pausing only the slowest one per scan let twenty
+// consumers that never read queue five times the budget between them.
 func (s *Server) overBudget(now time.Time) {
 	b := &s.budget
 	last := b.lastScan.Load()
 	if now.UnixNano()-last < int64(budgetScanEvery) || !b.lastScan.CompareAndSwap(last, now.UnixNano()) {
 		return
 	}
-	var slowest *conn
-	var most int64
+	type queued struct {
+		c *conn
+		n int64
+	}
+	var all []queued
+	var total int64
 	s.mu.Lock()
 	for c := range s.conns {
-		if n := c.out.queuedDeliveries(); n > most {
-			slowest, most = c, n
+		if n := c.out.queuedDeliveries(); n > 0 {
+			all = append(all, queued{c, n})
+			total += n
 		}
 	}
 	s.mu.Unlock()
-	if slowest == nil {
-		return
-	}
+	slices.SortFunc(all, func(a, b queued) int { return cmp.Compare(b.n, a.n) })
+	var pause []queued
 	b.mu.Lock()
-	if _, ok := b.paused[slowest]; ok {
-		b.mu.Unlock()
-		return
-	}
 	if b.paused == nil {
 		b.paused = make(map[*conn]*pausedConn)
 	}
-	p := &pausedConn{held: most}
-	p.timer = time.AfterFunc(b.grace, func() { s.graceEnded(slowest, p) })
-	b.paused[slowest] = p
-	b.pauses.Add(1)
+	for _, q := range all {
+		if total <= b.limit/2 {
+			break
+		}
+		total -= q.n
+		if _, ok := b.paused[q.c]; ok {
+			continue
+		}
+		p := &pausedConn{held: q.n}
+		c := q.c
+		p.timer = time.AfterFunc(b.grace, func() { s.graceEnded(c, p) })
+		b.paused[c] = p
+		b.pauses.Add(1)
+		pause = append(pause, q)
+	}
 	b.mu.Unlock()
-	slowest.log.Warn("delivery budget exceeded; pausing the slowest consumer",
-		"queued_bytes", most, "total_bytes", b.total.Load(), "budget", b.limit, "grace", b.grace)
-	slowest.setPaused(true)
-	// The writer checks the flag after each delivery it writes; if it
-	// wrote what it had before the flag was set, nothing would resume it.
-	s.written(slowest)
+	for _, q := range pause {
+		q.c.log.Warn("delivery budget exceeded; pausing a slow consumer",
+			"queued_bytes", q.n, "total_bytes", b.total.Load(), "budget", b.limit, "grace", b.grace)
+		q.c.setPaused(true)
+		// The writer checks the flag after each delivery it writes; if it
+		// wrote what it had before the flag was set, nothing would resume it.
+		s.written(q.c)
+	}
 }
 
 // written runs after the writer wrote deliveries of a paused connection:

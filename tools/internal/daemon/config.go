@@ -60,7 +60,7 @@ type ServerConfig struct {
 	PressureHelloTimeout Duration `toml:"pressure_hello_timeout" help:"Hello timeout while more than half of max_pre_hello are waiting (1ms to 10s)"`
 	// DeliveryBudget and SlowConsumerGrace bound the deliveries queued to
 	// consumers on every connection together (server.Options).
-	DeliveryBudget    Size     `toml:"delivery_budget" help:"most bytes of deliveries queued to consumers, all connections together; past it the slowest is paused; 0: no budget (else at least 64KiB)"`
+	DeliveryBudget    Size     `toml:"delivery_budget" help:"most bytes of deliveries queued to consumers, all connections together; past it the slowest are paused; 0: no budget (else at least 64KiB)"`
 	SlowConsumerGrace Duration `toml:"slow_consumer_grace" help:"how long a consumer paused by delivery_budget has to catch up before it is disconnected (10ms to 1h)"`
 }
 
