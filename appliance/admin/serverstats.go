@@ -39,7 +39,7 @@ var serverMetrics = []serverMetric{
 		func(s ServerStats) float64 { return float64(s.QueuedDeliveryBytes) }},
 	{desc("fibril_slow_consumers_paused", "Connections paused now because the deliveries queued to them passed server.delivery_budget."), prometheus.GaugeValue,
 		func(s ServerStats) float64 { return float64(s.SlowConsumersPaused) }},
-	{desc("fibril_slow_consumer_pauses_total", "Times the slowest consumer's connection was paused at server.delivery_budget."), prometheus.CounterValue,
+	{desc("fibril_slow_consumer_pauses_total", "Times a slow consumer's connection was paused at server.delivery_budget."), prometheus.CounterValue,
 		func(s ServerStats) float64 { return float64(s.SlowConsumerPauses) }},
 	{desc("fibril_slow_consumers_closed_total", "Paused connections closed with a Goodbye for not catching up within server.slow_consumer_grace."), prometheus.CounterValue,
 		func(s ServerStats) float64 { return float64(s.SlowConsumersClosed) }},

@@ -27,7 +27,7 @@ func TestDashboardBridges(t *testing.T) {
 	b := startBrowser(t, 1280, 900)
 	card := `main[data-page="bridges"] article[data-bridge="site"]`
 
-	b.do(t, "open the bridges page", chromedp.Navigate(base+"/#/bridges"),
+	b.Do(t, "open the bridges page", chromedp.Navigate(base+"/#/bridges"),
 		chromedp.WaitVisible(chromedp.CSS(card+` [data-field="missing-queues"]`)))
 	for sel, want := range map[string]string{
 		`[data-field="state"]`:          "reconnecting",
@@ -36,26 +36,26 @@ func TestDashboardBridges(t *testing.T) {
 		`[data-field="last-error"]`:     "not_found",
 		`dd[data-field="dropped"]`:      "3",
 	} {
-		if got := b.text(t, card+" "+sel); !strings.Contains(strings.ToLower(got), want) { // badges are upper case by style
+		if got := b.Text(t, card+" "+sel); !strings.Contains(strings.ToLower(got), want) { // badges are upper case by style
 			t.Errorf("%s says %q, want %q in it", sel, got, want)
 		}
 	}
-	b.screenshot(t, "dashboard-bridges-missing.png")
+	b.Screenshot(t, "dashboard-bridges-missing.png")
 
 	mu.Lock()
 	report.State, report.Blocked, report.MissingQueues, report.LastError = admin.BridgeConnected, false, nil, ""
 	report.Received, report.Published, report.JetStreamAcked = 1200, 1200, 1200
 	mu.Unlock()
-	b.waitFor(t, "the published count", number(card+` dd[data-field="published"]`)+` === 1200`, textOf(card+` dd[data-field="published"]`))
-	b.waitFor(t, "the missing queue gone", `document.querySelector('`+card+` [data-field="missing-queues"]') === null`, `'still shown'`)
-	if got := b.text(t, card+` [data-field="state"]`); !strings.EqualFold(got, "connected") {
+	b.WaitFor(t, "the published count", number(card+` dd[data-field="published"]`)+` === 1200`, textOf(card+` dd[data-field="published"]`))
+	b.WaitFor(t, "the missing queue gone", `document.querySelector('`+card+` [data-field="missing-queues"]') === null`, `'still shown'`)
+	if got := b.Text(t, card+` [data-field="state"]`); !strings.EqualFold(got, "connected") {
 		t.Errorf("state says %q after the reconnect", got)
 	}
 
-	b.do(t, "a 375 px screen", chromedp.EmulateViewport(375, 812), chromedp.Navigate(base+"/#/bridges"),
+	b.Do(t, "a 375 px screen", chromedp.EmulateViewport(375, 812), chromedp.Navigate(base+"/#/bridges"),
 		chromedp.WaitVisible(chromedp.CSS(card)))
-	b.waitFor(t, "no horizontal overflow at 375 px", `document.documentElement.scrollWidth <= window.innerWidth`,
+	b.WaitFor(t, "no horizontal overflow at 375 px", `document.documentElement.scrollWidth <= window.innerWidth`,
 		`'scrollWidth ' + document.documentElement.scrollWidth + ' innerWidth ' + window.innerWidth`)
-	b.screenshot(t, "dashboard-bridges-375px.png")
-	b.checkNoExceptions(t)
+	b.Screenshot(t, "dashboard-bridges-375px.png")
+	b.CheckNoExceptions(t)
 }

@@ -63,8 +63,8 @@ func TestDashboardCluster(t *testing.T) {
 	page := `main[data-page="cluster"] `
 	orders := page + `article[data-queue="orders"] `
 
-	b.do(t, "open the queues page", chromedp.Navigate(base+"/#/queues"), chromedp.WaitVisible(chromedp.CSS(`main[data-page="queues"] h1`)))
-	b.do(t, "follow the Cluster link", chromedp.WaitVisible(chromedp.CSS(`#nav-cluster`)), chromedp.Click(chromedp.CSS(`#nav-cluster`)),
+	b.Do(t, "open the queues page", chromedp.Navigate(base+"/#/queues"), chromedp.WaitVisible(chromedp.CSS(`main[data-page="queues"] h1`)))
+	b.Do(t, "follow the Cluster link", chromedp.WaitVisible(chromedp.CSS(`#nav-cluster`)), chromedp.Click(chromedp.CSS(`#nav-cluster`)),
 		chromedp.WaitVisible(chromedp.CSS(orders+`tr[data-follower="n2"] td[data-field="durable-next"]`)))
 
 	for sel, want := range map[string]string{
@@ -99,13 +99,13 @@ func TestDashboardCluster(t *testing.T) {
 		page + `article[data-queue="clicks"] [data-field="last-failover"]`: "epoch 2",
 		orders + `tr[data-partition="0"] td[data-field="state"]`:           "serving",
 	} {
-		if got := b.text(t, sel); !strings.Contains(strings.ToLower(got), strings.ToLower(want)) { // badges are upper case by style
+		if got := b.Text(t, sel); !strings.Contains(strings.ToLower(got), strings.ToLower(want)) { // badges are upper case by style
 			t.Errorf("%s says %q, want %q in it", sel, got, want)
 		}
 	}
-	b.waitFor(t, "no progress rows on a partition this node does not own",
+	b.WaitFor(t, "no progress rows on a partition this node does not own",
 		`document.querySelector('`+page+`article[data-queue="clicks"] [data-follower]') === null`, `'progress rows shown'`)
-	b.screenshot(t, "dashboard-cluster.png")
+	b.Screenshot(t, "dashboard-cluster.png")
 
 	// An election under way, then the followers sync: the page follows.
 	mu.Lock()
@@ -113,19 +113,19 @@ func TestDashboardCluster(t *testing.T) {
 	view.Leader = ""
 	view.Queues[1].Partitions[0].Progress["n3"] = admin.CopyProgress{WrittenNext: 130, DurableNext: 130}
 	mu.Unlock()
-	b.waitFor(t, "no leader shown", textOf(page+`dd[data-field="leader"]`)+` === 'none known'`, textOf(page+`dd[data-field="leader"]`))
-	b.waitFor(t, "n3's durable progress", number(orders+`tr[data-follower="n3"] td[data-field="durable-next"]`)+` === 130`,
+	b.WaitFor(t, "no leader shown", textOf(page+`dd[data-field="leader"]`)+` === 'none known'`, textOf(page+`dd[data-field="leader"]`))
+	b.WaitFor(t, "n3's durable progress", number(orders+`tr[data-follower="n3"] td[data-field="durable-next"]`)+` === 130`,
 		textOf(orders+`tr[data-follower="n3"] td[data-field="durable-next"]`))
-	if got := b.text(t, page+`[data-field="no-leader"]`); !strings.Contains(got, "No leader") {
+	if got := b.Text(t, page+`[data-field="no-leader"]`); !strings.Contains(got, "No leader") {
 		t.Errorf("no-leader warning says %q", got)
 	}
 
-	b.do(t, "a 375 px screen", chromedp.EmulateViewport(375, 812), chromedp.Navigate(base+"/#/cluster"),
+	b.Do(t, "a 375 px screen", chromedp.EmulateViewport(375, 812), chromedp.Navigate(base+"/#/cluster"),
 		chromedp.WaitVisible(chromedp.CSS(orders+`tr[data-follower="n2"]`)))
-	b.waitFor(t, "no horizontal overflow at 375 px", `document.documentElement.scrollWidth <= window.innerWidth`,
+	b.WaitFor(t, "no horizontal overflow at 375 px", `document.documentElement.scrollWidth <= window.innerWidth`,
 		`'scrollWidth ' + document.documentElement.scrollWidth + ' innerWidth ' + window.innerWidth`)
-	b.screenshot(t, "dashboard-cluster-375px.png")
-	b.checkNoExceptions(t)
+	b.Screenshot(t, "dashboard-cluster-375px.png")
+	b.CheckNoExceptions(t)
 }
 
 // TestDashboardSoloHasNoClusterLink: on a solo node the Cluster link stays
@@ -133,13 +133,13 @@ func TestDashboardCluster(t *testing.T) {
 func TestDashboardSoloHasNoClusterLink(t *testing.T) {
 	base, _ := startNode(t, admin.Options{})
 	b := startBrowser(t, 800, 600)
-	b.do(t, "open the cluster page", chromedp.Navigate(base+"/#/cluster"),
+	b.Do(t, "open the cluster page", chromedp.Navigate(base+"/#/cluster"),
 		chromedp.WaitVisible(chromedp.CSS(`main[data-page="cluster"] [data-field="not-clustered"]`)))
-	b.do(t, "open the queues page", chromedp.Navigate(base+"/#/queues"), chromedp.WaitVisible(chromedp.CSS(`main[data-page="queues"] h1`)))
-	b.waitFor(t, "the probe's answer", `document.getElementById('nav-cluster').dataset.probed === 'solo'`,
+	b.Do(t, "open the queues page", chromedp.Navigate(base+"/#/queues"), chromedp.WaitVisible(chromedp.CSS(`main[data-page="queues"] h1`)))
+	b.WaitFor(t, "the probe's answer", `document.getElementById('nav-cluster').dataset.probed === 'solo'`,
 		`document.getElementById('nav-cluster').dataset.probed`)
-	if hidden, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](`document.getElementById('nav-cluster').hidden`)); err != nil || !hidden {
+	if hidden, err := chromedp.Run(b.Ctx, chromedp.Evaluate[bool](`document.getElementById('nav-cluster').hidden`)); err != nil || !hidden {
 		t.Errorf("the Cluster link on a solo node: hidden %v (%v)", hidden, err)
 	}
-	b.checkNoExceptions(t)
+	b.CheckNoExceptions(t)
 }

@@ -102,8 +102,8 @@ func TestCrossOriginPageInBrowser(t *testing.T) {
 	t.Cleanup(evil.Close)
 
 	b := startBrowser(t, 800, 600)
-	b.do(t, "open the page of another origin", chromedp.Navigate(evil.URL))
-	results, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`window.attack`, chromedp.EvalAwaitPromise))
+	b.Do(t, "open the page of another origin", chromedp.Navigate(evil.URL))
+	results, err := chromedp.Run(b.Ctx, chromedp.Evaluate[string](`window.attack`, chromedp.EvalAwaitPromise))
 	if err != nil {
 		t.Fatalf("the page's fetches: %v", err)
 	}
@@ -151,8 +151,8 @@ func TestCrossOriginPageInBrowser(t *testing.T) {
 	}
 
 	// The dashboard's own page declares a queue through its API module.
-	b.do(t, "open the dashboard", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(`main[data-page="queues"] h1`)))
-	declared, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`import(new URL('assets/js/api.js', location.href).href)
+	b.Do(t, "open the dashboard", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(`main[data-page="queues"] h1`)))
+	declared, err := chromedp.Run(b.Ctx, chromedp.Evaluate[string](`import(new URL('assets/js/api.js', location.href).href)
 		.then(api => api.request('POST', 'api/queues', {name: 'from-dashboard', durability: 'buffered'}))
 		.then(r => JSON.stringify(r), e => 'error: ' + e.message)`, chromedp.EvalAwaitPromise))
 	if err != nil || !strings.Contains(declared, `"created":true`) {
@@ -168,5 +168,5 @@ func TestCrossOriginPageInBrowser(t *testing.T) {
 		t.Fatalf("the dashboard's POSTs: %+v, want its declare, same-origin, answered 201", fromDashboard)
 	}
 	apiCall(t, "GET", base+"/api/queues/from-dashboard", nil, http.StatusOK, nil)
-	b.checkNoExceptions(t)
+	b.CheckNoExceptions(t)
 }

@@ -85,88 +85,88 @@ func TestDashboardInBrowser(t *testing.T) {
 	setSyncInterval(t, base, 0)
 	apiCall(t, "POST", base+"/api/queues", map[string]any{"name": queue, "durability": "buffered"}, http.StatusCreated, nil)
 
-	b.do(t, "open the queues page", chromedp.Navigate(base+"/#/queues"),
+	b.Do(t, "open the queues page", chromedp.Navigate(base+"/#/queues"),
 		chromedp.WaitVisible(chromedp.CSS(`main[data-page="queues"] `+card+` .badge.buffered`)))
-	if got := b.text(t, card+` .badge.buffered`); !strings.EqualFold(got, "buffered") {
+	if got := b.Text(t, card+` .badge.buffered`); !strings.EqualFold(got, "buffered") {
 		t.Errorf("mode badge says %q, want buffered", got)
 	}
-	if got := b.text(t, card+` [data-field="warning"]`); got == "" {
+	if got := b.Text(t, card+` [data-field="warning"]`); got == "" {
 		t.Error("buffered queue shows no loss-window warning")
 	}
 	unsynced := card + ` dd[data-field="unsynced-records"]`
-	b.waitFor(t, "no unsynced records before publishing", number(unsynced)+` === 0`, textOf(unsynced))
+	b.WaitFor(t, "no unsynced records before publishing", number(unsynced)+` === 0`, textOf(unsynced))
 
 	const published = 5
 	for i := range published {
 		publish(t, base, queue, fmt.Sprintf("click %d", i))
 	}
-	b.waitFor(t, "unsynced records after publishing with background sync off", number(unsynced)+` > 0`, textOf(unsynced))
-	b.waitFor(t, "the backlog", number(card+` dd[data-field="backlog"]`)+` === `+fmt.Sprint(published), textOf(card+` dd[data-field="backlog"]`))
-	b.waitFor(t, "a publish rate", textOf(card+` dd[data-field="publish-rate"]`)+`.endsWith('/s')`, textOf(card+` dd[data-field="publish-rate"]`))
-	b.screenshot(t, "dashboard-queues-unsynced.png")
+	b.WaitFor(t, "unsynced records after publishing with background sync off", number(unsynced)+` > 0`, textOf(unsynced))
+	b.WaitFor(t, "the backlog", number(card+` dd[data-field="backlog"]`)+` === `+fmt.Sprint(published), textOf(card+` dd[data-field="backlog"]`))
+	b.WaitFor(t, "a publish rate", textOf(card+` dd[data-field="publish-rate"]`)+`.endsWith('/s')`, textOf(card+` dd[data-field="publish-rate"]`))
+	b.Screenshot(t, "dashboard-queues-unsynced.png")
 
 	setSyncInterval(t, base, 100)
-	b.waitFor(t, "unsynced records back to 0 once background sync is on", number(unsynced)+` === 0`, textOf(unsynced))
+	b.WaitFor(t, "unsynced records back to 0 once background sync is on", number(unsynced)+` === 0`, textOf(unsynced))
 
 	// The queue page.
-	b.do(t, "open the queue page", chromedp.Click(chromedp.CSS(card+` a.name`)),
+	b.Do(t, "open the queue page", chromedp.Click(chromedp.CSS(card+` a.name`)),
 		chromedp.WaitVisible(chromedp.CSS(`main[data-page="queue"] tr[data-partition="0"] td[data-field="durable-next"]`)))
-	b.waitFor(t, "the durable frontier past the publishes", number(`tr[data-partition="0"] td[data-field="durable-next"]`)+` >= `+fmt.Sprint(published),
+	b.WaitFor(t, "the durable frontier past the publishes", number(`tr[data-partition="0"] td[data-field="durable-next"]`)+` >= `+fmt.Sprint(published),
 		textOf(`tr[data-partition="0"] td[data-field="durable-next"]`))
-	b.screenshot(t, "dashboard-queue.png")
+	b.Screenshot(t, "dashboard-queue.png")
 
 	// The settings page: a value out of range is refused with the server's
 	// message; a good one is saved and in force.
 	input := `#s-storage-background-sync-interval-ms`
-	b.do(t, "open the settings page", chromedp.Navigate(base+"/#/settings"), chromedp.WaitVisible(chromedp.CSS(`main[data-page="settings"] `+input)))
-	b.do(t, "submit an invalid interval", chromedp.SetValue(chromedp.CSS(input), "-5"), chromedp.Click(chromedp.CSS(`#settings-save`)),
+	b.Do(t, "open the settings page", chromedp.Navigate(base+"/#/settings"), chromedp.WaitVisible(chromedp.CSS(`main[data-page="settings"] `+input)))
+	b.Do(t, "submit an invalid interval", chromedp.SetValue(chromedp.CSS(input), "-5"), chromedp.Click(chromedp.CSS(`#settings-save`)),
 		chromedp.WaitVisible(chromedp.CSS(`#settings-result .error`)))
-	if got := b.text(t, `#settings-result .error`); !strings.Contains(got, "background_sync_interval_ms") {
+	if got := b.Text(t, `#settings-result .error`); !strings.Contains(got, "background_sync_interval_ms") {
 		t.Errorf("validation error says %q, want it to name storage.background_sync_interval_ms", got)
 	}
 	if got := syncInterval(t, base); got != 100 {
 		t.Fatalf("after a refused change the interval is %v, want 100", got)
 	}
-	b.do(t, "submit a valid interval", chromedp.SetValue(chromedp.CSS(input), "250"), chromedp.Click(chromedp.CSS(`#settings-save`)),
+	b.Do(t, "submit a valid interval", chromedp.SetValue(chromedp.CSS(input), "250"), chromedp.Click(chromedp.CSS(`#settings-save`)),
 		chromedp.WaitVisible(chromedp.CSS(`#settings-result .ok`)))
 	if got := syncInterval(t, base); got != 250 {
 		t.Fatalf("GET /api/settings after saving 250 from the page: interval %v", got)
 	}
-	b.screenshot(t, "dashboard-settings.png")
+	b.Screenshot(t, "dashboard-settings.png")
 
 	// The node page: the disk as /api/node measured it.
 	free := `main[data-page="node"] dd[data-field="disk-free"]`
-	b.do(t, "open the node page", chromedp.Navigate(base+"/#/node"), chromedp.WaitVisible(chromedp.CSS(`main[data-page="node"] table.kv`)))
-	b.waitFor(t, "the disk's free figure", textOf(free)+`.match(/^[0-9.]+ (B|KiB|MiB|GiB|TiB)$/) !== null`, textOf(free))
-	if got := b.text(t, `main[data-page="node"] [data-field="disk-state"]`); !strings.EqualFold(got, "accepting publishes") {
+	b.Do(t, "open the node page", chromedp.Navigate(base+"/#/node"), chromedp.WaitVisible(chromedp.CSS(`main[data-page="node"] table.kv`)))
+	b.WaitFor(t, "the disk's free figure", textOf(free)+`.match(/^[0-9.]+ (B|KiB|MiB|GiB|TiB)$/) !== null`, textOf(free))
+	if got := b.Text(t, `main[data-page="node"] [data-field="disk-state"]`); !strings.EqualFold(got, "accepting publishes") {
 		t.Errorf("disk state says %q, want accepting publishes", got)
 	}
-	if got := b.text(t, `main[data-page="node"] [data-field="data-dir"]`); got != dataDir {
+	if got := b.Text(t, `main[data-page="node"] [data-field="data-dir"]`); got != dataDir {
 		t.Errorf("data directory shows %q, want %s", got, dataDir)
 	}
-	if got := b.text(t, `main[data-page="node"] dd[data-field="disk-data"]`); !strings.HasSuffix(got, "B") {
+	if got := b.Text(t, `main[data-page="node"] dd[data-field="disk-data"]`); !strings.HasSuffix(got, "B") {
 		t.Errorf("data directory use shows %q, want a size", got)
 	}
-	b.screenshot(t, "dashboard-node.png")
+	b.Screenshot(t, "dashboard-node.png")
 
 	// A phone: every page fits 375 px without sideways scrolling.
-	b.do(t, "a 375 px screen", chromedp.EmulateViewport(375, 812))
+	b.Do(t, "a 375 px screen", chromedp.EmulateViewport(375, 812))
 	for _, page := range []struct{ hash, name, shot string }{
 		{"#/node", "node", "dashboard-node-375px.png"},
 		{"#/settings", "settings", ""},
 		{"#/queues/" + queue, "queue", "dashboard-queue-375px.png"},
 		{"#/queues", "queues", "dashboard-queues-375px.png"},
 	} {
-		b.do(t, "open "+page.hash+" at 375 px", chromedp.Navigate(base+"/"+page.hash),
+		b.Do(t, "open "+page.hash+" at 375 px", chromedp.Navigate(base+"/"+page.hash),
 			chromedp.WaitVisible(chromedp.CSS(`main[data-page="`+page.name+`"] h1, main[data-page="`+page.name+`"] .card`)))
-		b.waitFor(t, page.hash+" without horizontal overflow at 375 px", `document.documentElement.scrollWidth <= window.innerWidth`,
+		b.WaitFor(t, page.hash+" without horizontal overflow at 375 px", `document.documentElement.scrollWidth <= window.innerWidth`,
 			`'scrollWidth ' + document.documentElement.scrollWidth + ' innerWidth ' + window.innerWidth`)
 		if page.shot != "" {
-			b.screenshot(t, page.shot)
+			b.Screenshot(t, page.shot)
 		}
 	}
 
-	b.checkNoExceptions(t)
+	b.CheckNoExceptions(t)
 }
 
 // TestDashboardToken: with tokens configured the page asks for one, and
@@ -174,11 +174,11 @@ func TestDashboardInBrowser(t *testing.T) {
 func TestDashboardToken(t *testing.T) {
 	base, _ := startNode(t, admin.Options{Tokens: []string{"s3cret"}})
 	b := startBrowser(t, 800, 600)
-	b.do(t, "open the page without a token", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(`#auth-token`)))
-	b.waitFor(t, "the status to report the refusal", textOf(`#status`)+`.includes('401')`, textOf(`#status`))
-	b.do(t, "give the token", chromedp.SendKeys(chromedp.CSS(`#auth-token`), "s3cret"), chromedp.Click(chromedp.CSS(`#auth button`)),
+	b.Do(t, "open the page without a token", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(`#auth-token`)))
+	b.WaitFor(t, "the status to report the refusal", textOf(`#status`)+`.includes('401')`, textOf(`#status`))
+	b.Do(t, "give the token", chromedp.SendKeys(chromedp.CSS(`#auth-token`), "s3cret"), chromedp.Click(chromedp.CSS(`#auth button`)),
 		chromedp.WaitVisible(chromedp.CSS(`main[data-page="queues"] h1`)), chromedp.WaitNotVisible(chromedp.CSS(`#auth`)))
-	b.checkNoExceptions(t)
+	b.CheckNoExceptions(t)
 }
 
 // startNode opens a broker in a temporary directory and serves the admin
