@@ -49,6 +49,9 @@ type mux struct {
 	// nodeAt names the node the cluster knows at a cluster address ("" for
 	// none): a peer dialled there must present that node's certificate.
 	nodeAt  func(addr string) string
+	// raftPeer reports whether raft RPCs from the node a peer's
+	// certificate names are relayed (Node.raftPeerKnown).
+	raftPeer func(id string) bool
 	raftc   chan net.Conn
 	control func(net.Conn)
 	replica func(net.Conn) // nil: streams refused
@@ -66,8 +69,8 @@ type mux struct {
 	rclosed bool
 }
 
-func newMux(ln net.Listener, advertise net.Addr, serverTLS, clientTLS *tls.Config, nodeAt func(string) string, control, replica func(net.Conn), log *slog.Logger) *mux {
-	m := &mux{ln: ln, addr: advertise, log: log, tls: serverTLS, dialTLS: clientTLS, nodeAt: nodeAt, raftc: make(chan net.Conn),
+func newMux(ln net.Listener, advertise net.Addr, serverTLS, clientTLS *tls.Config, nodeAt func(string) string, raftPeer func(string) bool, control, replica func(net.Conn), log *slog.Logger) *mux {
+	m := &mux{ln: ln, addr: advertise, log: log, tls: serverTLS, dialTLS: clientTLS, nodeAt: nodeAt, raftPeer: raftPeer, raftc: make(chan net.Conn),
 		control: control, replica: replica, done: make(chan struct{}), rconns: map[*raftConn]struct{}{},
 		pending: preauth.New(preauth.Options{Max: maxHandshaking, PerSource: maxHandshakingPerSource,
 			Timeout: handshakeTimeout, PressureTimeout: pressureHandshakeTimeout})}
@@ -121,7 +124,7 @@ func (m *mux) route(c net.Conn, pending *preauth.Entry) {
 	switch b[0] {
 	case protoRaft:
 		if id, ok := PeerNodeID(c); ok {
-			c = checkRaftPeer(c, id, &m.wg, m.log)
+			c = checkRaftPeer(c, id, m.raftPeer, &m.wg, m.log)
 		}
 		rc, ok := m.trackRaft(c)
 		if !ok {

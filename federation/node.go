@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,7 +155,7 @@ func Open(o Options) (*Node, error) {
 			return nil, fmt.Errorf("federation: advertise address %q: %w", o.Advertise, err)
 		}
 	}
-	n.mux = newMux(ln, adv, o.ServerTLS, o.ClientTLS, n.nodeAt, n.serveControl, o.Replica, n.log)
+	n.mux = newMux(ln, adv, o.ServerTLS, o.ClientTLS, n.nodeAt, n.raftPeerKnown, n.serveControl, o.Replica, n.log)
 	if err := n.startRaft(); err != nil {
 		n.mux.close()
 		store.Close()
@@ -270,6 +271,27 @@ func (n *Node) State() *control.State { return n.fsm.State() }
 // read calls f with this node's view of the state without copying it (see
 // control.FSM.Read).
 func (n *Node) read(f func(*control.State)) { n.fsm.Read(f) }
+
+// raftPeerKnown reports whether raft RPCs from node id, as its certificate
+// names it, are let through: id is in this node's latest raft
+// configuration (committed or not: a node restarting learns the members
+// added since its snapshot from the very RPCs it must let in), or this
+// node is in none yet (it is joining, and learns the members from its
+// leader). Until raft runs, nothing is.
+func (n *Node) raftPeerKnown(id string) bool {
+	select {
+	case <-n.ready:
+	default:
+		return false
+	}
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	servers := f.Configuration().Servers
+	me := slices.ContainsFunc(servers, func(s raft.Server) bool { return string(s.ID) == n.opts.ID })
+	return !me || slices.ContainsFunc(servers, func(s raft.Server) bool { return string(s.ID) == id })
+}
 
 // Leader is the current leader's id and cluster address, empty when none
 // is known.

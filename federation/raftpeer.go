@@ -17,6 +17,10 @@ import (
 // claims to come from another node than the one its certificate names.
 var ErrRaftImpostor = errors.New("raft RPC from another node than its certificate names")
 
+// ErrRaftNotMember is why a raft connection closes when its certificate
+// names a node that is not in this node's raft configuration.
+var ErrRaftNotMember = errors.New("raft RPC from a node that is not in the cluster's configuration")
+
 // hashicorp/raft's network transport hands a decoded RPC to raft without
 // the connection it came on, so it cannot tell which certificate sent it.
 // Over mutual TLS, the mux puts a peerCheckedConn between an accepted raft
@@ -24,7 +28,8 @@ var ErrRaftImpostor = errors.New("raft RPC from another node than its certificat
 // will, refuses one whose header names another node than the peer's
 // certificate, and passes the rest on re-encoded. A certificate the
 // cluster CA signed for one node therefore cannot vote, lead or install a
-// snapshot as another.
+// snapshot as another, and one signed for a node that is not in the raft
+// configuration cannot take part at all (see Node.raftPeerKnown).
 //
 // The framing is the transport's: a type byte, the request in msgpack,
 // and for a snapshot install its Size bytes of data.
@@ -44,15 +49,16 @@ type peerCheckedConn struct {
 }
 
 // checkRaftPeer starts checking c's RPCs against node, the id its
-// certificate names; wg counts the checker until c ends.
-func checkRaftPeer(c net.Conn, node string, wg *sync.WaitGroup, log *slog.Logger) net.Conn {
+// certificate names, which known must accept; wg counts the checker until
+// c ends.
+func checkRaftPeer(c net.Conn, node string, known func(string) bool, wg *sync.WaitGroup, log *slog.Logger) net.Conn {
 	pr, pw := io.Pipe()
 	pc := &peerCheckedConn{Conn: c, pr: pr}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		err := relayChecked(bufio.NewReader(c), pw, node)
-		if errors.Is(err, ErrRaftImpostor) {
+		err := relayChecked(bufio.NewReader(c), pw, node, known)
+		if errors.Is(err, ErrRaftImpostor) || errors.Is(err, ErrRaftNotMember) {
 			log.Warn("closing a raft connection", "peer", c.RemoteAddr().String(), "err", err)
 		}
 		pw.CloseWithError(err)
@@ -68,9 +74,9 @@ func (c *peerCheckedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// relayChecked copies RPCs from r to w until r ends or one claims another
-// sender than node.
-func relayChecked(r *bufio.Reader, w io.Writer, node string) error {
+// relayChecked copies RPCs from r to w until r ends, one claims another
+// sender than node, or known refuses node.
+func relayChecked(r *bufio.Reader, w io.Writer, node string, known func(string) bool) error {
 	dec := codec.NewDecoder(r, &codec.MsgpackHandle{})
 	// The transport encodes times in msgpack's older form unless told
 	// otherwise; the relay keeps to it.
@@ -92,6 +98,9 @@ func relayChecked(r *bufio.Reader, w io.Writer, node string) error {
 		}
 		if id := string(req.GetRPCHeader().ID); id != node {
 			return fmt.Errorf("%w: it claims %q, its certificate names %q", ErrRaftImpostor, id, node)
+		}
+		if !known(node) {
+			return fmt.Errorf("%w: %q", ErrRaftNotMember, node)
 		}
 		if err := bw.WriteByte(t); err != nil {
 			return err

@@ -19,7 +19,8 @@ import (
 // A member's certificate speaks raft as that member and no other: on every
 // other node, a vote request signed by n2's certificate but claiming to
 // come from a third node is not answered and its connection closes, while
-// the same request claiming n2 is answered.
+// the same request claiming n2 is answered. A certificate for a node that
+// is not a member is not answered at all.
 func TestRaftRPCsAreCheckedAgainstTheCertificate(t *testing.T) {
 	nodeTLS, _ := clusterCerts(t)
 	c := startCluster(t, 3, func(o *Options) { o.ServerTLS, o.ClientTLS = nodeTLS(o.ID) })
@@ -36,6 +37,16 @@ func TestRaftRPCsAreCheckedAgainstTheCertificate(t *testing.T) {
 			case claim == other && !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET):
 				t.Fatalf("n2's vote request to %s as %s: %v, want the connection closed", target, claim, err)
 			}
+		}
+	}
+	// A certificate the cluster CA signed for a node that is not in the
+	// raft configuration speaks raft as nobody, itself included.
+	_, asN9 := nodeTLS("n9")
+	for _, target := range []string{"n1", "n3"} {
+		if _, err := requestVote(t, c.addrs[target], asN9, "n9"); err == nil {
+			t.Fatalf("%s answered a vote request from n9, which is not a member", target)
+		} else if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("n9's vote request to %s: %v, want the connection closed", target, err)
 		}
 	}
 	if c.leader() == "" {
@@ -118,7 +129,7 @@ func TestRaftRelayKeepsEachRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := relayChecked(bufio.NewReader(&in), &out, "n2"); !errors.Is(err, ErrRaftImpostor) {
+	if err := relayChecked(bufio.NewReader(&in), &out, "n2", func(string) bool { return true }); !errors.Is(err, ErrRaftImpostor) {
 		t.Fatalf("relay ended with %v, want ErrRaftImpostor", err)
 	}
 	r := bufio.NewReader(&out)
@@ -171,7 +182,7 @@ func FuzzRaftRelay(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var out bytes.Buffer
-		err := relayChecked(bufio.NewReader(bytes.NewReader(data)), &out, "n2")
+		err := relayChecked(bufio.NewReader(bytes.NewReader(data)), &out, "n2", func(string) bool { return true })
 		if err == nil {
 			t.Fatal("the relay ended without an error")
 		}
