@@ -48,18 +48,18 @@ type mux struct {
 	dialTLS *tls.Config // client side; nil: plain TCP
 	// nodeAt names the node the cluster knows at a cluster address ("" for
 	// none): a peer dialled there must present that node's certificate.
-	nodeAt  func(addr string) string
+	nodeAt func(addr string) string
 	// raftPeer reports whether raft RPCs from the node a peer's
 	// certificate names are relayed (Node.raftPeerKnown).
 	raftPeer func(id string) bool
-	raftc   chan net.Conn
-	control func(net.Conn)
-	replica func(net.Conn) // nil: streams refused
-	pending *preauth.Set   // connections not past their handshake
-	log     *slog.Logger
-	done    chan struct{}
-	once    sync.Once
-	wg      sync.WaitGroup
+	raftc    chan net.Conn
+	control  func(net.Conn)
+	replica  func(net.Conn) // nil: streams refused
+	pending  *preauth.Set   // connections not past their handshake
+	log      *slog.Logger
+	done     chan struct{}
+	once     sync.Once
+	wg       sync.WaitGroup
 
 	// raft's transport does not close the connections it accepted when it
 	// shuts down (their handlers would read until the peer hangs up), so
