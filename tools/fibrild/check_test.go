@@ -74,6 +74,13 @@ func TestCheckConfig(t *testing.T) {
 				if !strings.Contains(stdout.String(), ": ok") {
 					t.Fatalf("stdout %q", stdout.String())
 				}
+				want := 0
+				if tc.name == "insecure.toml" { // valid, and both listeners insecure by choice
+					want = 2
+				}
+				if insecure := strings.Count(stdout.String(), "INSECURE"); insecure != want {
+					t.Fatalf("stdout names %d INSECURE settings, want %d:\n%s", insecure, want, stdout.String())
+				}
 				return
 			}
 			got := strings.Split(strings.TrimSpace(strings.ReplaceAll(stderr.String(), dir+string(filepath.Separator), "")), "\n")

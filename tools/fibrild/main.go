@@ -151,6 +151,14 @@ func checkConfigFile(path string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fibrild: %s: %d problem(s)\n", path, len(problems))
 		return 2
 	}
+	for _, w := range daemon.Warnings(data) {
+		loc := path
+		if w.Line > 0 {
+			loc = fmt.Sprintf("%s:%d", path, w.Line)
+		}
+		w.Line = 0
+		fmt.Fprintf(stdout, "%s: %v\n", loc, w)
+	}
 	fmt.Fprintf(stdout, "%s: ok\n", path)
 	return 0
 }

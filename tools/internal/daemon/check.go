@@ -210,3 +210,35 @@ func durationKeys() map[string]bool {
 	})
 	return keys
 }
+
+// Warnings lists what a valid config file allows only because it says
+// insecure = true: the admin API off loopback without tokens, and the
+// cluster port off loopback without mutual TLS. fibrild logs each at every
+// start; --check-config prints them. Line is the listen key's.
+func Warnings(data []byte) []Problem {
+	cfg, err := Parse(data)
+	if err != nil {
+		return nil
+	}
+	if dir := os.Getenv("CREDENTIALS_DIRECTORY"); dir != "" { // as Check and the start read them
+		if resolved, err := cfg.ResolveTokens(dir); err == nil {
+			cfg.Server.Tokens = resolved.Server.Tokens
+		}
+	}
+	entries, _ := scanEntries(data)
+	lines := make(map[string]int, len(entries))
+	for _, e := range entries {
+		lines[e.key] = e.line
+	}
+	var out []Problem
+	if a := cfg.Admin; a.Listen != "" && !IsLoopback(a.Listen) && len(cfg.Server.Tokens) == 0 && cfg.Server.TokensFile == "" {
+		out = append(out, Problem{Line: lines["admin.listen"], Key: "admin.listen",
+			Msg: fmt.Sprintf("INSECURE: %s is off loopback without tokens ([admin] insecure = true): anyone who reaches it can read, publish, ack and delete", a.Listen)})
+	}
+	if cl := cfg.Cluster; cl.Listen != "" && !IsLoopback(cl.Listen) && cl.TLSCert == "" {
+		out = append(out, Problem{Line: lines["cluster.listen"], Key: "cluster.listen",
+			Msg: fmt.Sprintf("INSECURE: %s is off loopback without mutual TLS ([cluster] insecure = true): anyone who reaches it can join the cluster, read its data and delete its queues", cl.Listen)})
+	}
+	return out
+}
+
