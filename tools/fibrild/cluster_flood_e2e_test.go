@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -19,6 +21,8 @@ import (
 // still open the cluster goes on: a queue declared then gets its
 // replication streams through the flood (both followers reach the
 // owner's end), and the flood adds little to each node's resident memory.
+// Then 300 connections past the handshake announce a replication frame of
+// 16 MiB each and send no more: the node's peak memory grows by little.
 func TestClusterPortFloodProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the fibrild binary")
@@ -122,6 +126,61 @@ func TestClusterPortFloodProcess(t *testing.T) {
 	}
 	if owners != 1 {
 		t.Fatalf("%d nodes show the queue owned and both followers caught up, want 1", owners)
+	}
+
+	// The review's second attack: 300 connections past the handshake that
+	// each announce a replication frame of the largest size and send no
+	// more (the old code allocated the announced length: 4.6 GB).
+	target := cp.ids[0]
+	for _, nc := range sockets { // the flood ends: none of what follows is evicted as one
+		nc.Close()
+	}
+	sockets = sockets[:0]
+	var v admin.ClusterView
+	waitView(t, ctx, cp.procs[target].Admin, &v, func() bool { return v.Handshaking == 0 })
+	evicted := v.HandshakesEvicted
+	start, err := cp.procs[target].Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	announce := binary.LittleEndian.AppendUint32([]byte{'P'}, 16<<20) // protoReplica, then a frame's length
+	for i := range 300 {
+		nc, err := net.DialTimeout("tcp", clusterListen(t, cp, target), waitLimit)
+		if err != nil {
+			t.Fatalf("announcing socket %d: %v", i, err)
+		}
+		sockets = append(sockets, nc)
+		if _, err := nc.Write(append(announce, 1)); err != nil {
+			t.Fatalf("announce on socket %d: %v", i, err)
+		}
+		if i%32 == 31 { // past the handshake before the next batch: none is evicted
+			waitView(t, ctx, cp.procs[target].Admin, &v, func() bool { return v.Handshaking == 0 })
+		}
+	}
+	// The node reads each announcement, waits for the rest of the frame,
+	// and closes the connection at the stream's Hello timeout (10 s): by
+	// then every announcement has cost what it costs, and the peak shows it.
+	for i, nc := range sockets {
+		nc.SetReadDeadline(time.Now().Add(waitLimit))
+		_, err := io.Copy(io.Discard, nc) // nil at EOF; a reset is a close too
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatalf("announcing socket %d was not closed by %s: %v", i, target, err)
+		}
+	}
+	waitView(t, ctx, cp.procs[target].Admin, &v, func() bool { return true })
+	if v.HandshakesEvicted != evicted {
+		t.Fatalf("%d announcing connections were evicted in their handshake: their announcements were never read", v.HandshakesEvicted-evicted)
+	}
+	end, err := cp.procs[target].Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := end.PeakRSS
+	start.RSS = max(start.RSS, start.PeakRSS)
+	grew := after - start.RSS
+	t.Logf("300 announced frames of 16 MiB: peak RSS of %s +%d KiB", target, grew>>10)
+	if grew > 32<<20 {
+		t.Fatalf("300 announced frames grew %s's RSS by %d MiB", target, grew>>20)
 	}
 }
 
