@@ -445,6 +445,22 @@ func (b *Broker) replicaStatus(queueName string) string {
 // publishDeadLetter copies a message into a dead-letter queue, declaring it
 // (durable, by default) if it does not exist yet.
 func (b *Broker) publishDeadLetter(name string, m Message) (Confirm, error) {
+	if _, err := b.queue(name); errors.Is(err, ErrNotFound) && !b.solo() {
+		// A cluster declares a dead-letter queue with its queue; served by
+		// another node now, the copy goes there.
+		if fw, ok := b.opts.Replication.(Forwarder); ok {
+			type result struct {
+				cf  Confirm
+				err error
+			}
+			ch := make(chan result, 1)
+			if fw.Forward(name, m, func(cf Confirm, err error) { ch <- result{cf, err} }) {
+				r := <-ch
+				return r.cf, r.err
+			}
+		}
+		return Confirm{}, fmt.Errorf("%w: dead-letter queue %s is served by no node", ErrUnavailable, name)
+	}
 	if _, err := b.queue(name); errors.Is(err, ErrNotFound) {
 		if _, err := b.Declare(context.Background(), QueueConfig{Name: name}); err != nil {
 			return Confirm{}, err

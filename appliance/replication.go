@@ -12,6 +12,15 @@ type Replication interface {
 	Attach(queue string, partition int, cfg QueueConfig, log *wal.Log) ReplicaGate
 }
 
+// Forwarder is implemented by a Replication that can publish to a queue
+// another node serves (a cluster's forwarding): a dead-letter copy goes
+// there when the dead-letter queue is not served here, as after a failover
+// that moved the queue and its dead-letter queue to different nodes.
+// Forward reports false when no other node serves the queue.
+type Forwarder interface {
+	Forward(queue string, m Message, done func(Confirm, error)) bool
+}
+
 // SettingsObserver is implemented by a Replication that applies the
 // runtime settings to logs of its own (a cluster node's copies of other
 // nodes' partitions follow storage.background_sync_interval_ms too). The

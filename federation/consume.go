@@ -44,6 +44,9 @@ func (c *Cluster) Consume(ctx context.Context, queue string, o appliance.Subscri
 	ctx, cancel := context.WithTimeout(ctx, consumeTimeout)
 	defer cancel()
 	id, cl, err := c.ownerClient(ctx, queue)
+	if errors.Is(err, errServedHere) {
+		return nil, 0, false, nil // this node took the queue over meanwhile: the broker serves it
+	}
 	if err != nil {
 		return nil, 0, true, err
 	}
@@ -254,7 +257,10 @@ func (p *proxyConsumer) end(why string) {
 	p.log.Info("proxied subscription ended; the client subscribes again", "why", why)
 	go cons.Close()
 	if p.ended != nil {
-		p.ended()
+		// On a goroutine of its own: end may run inside Consume, whose
+		// caller holds the lock Ended takes (the server's subscription,
+		// until Subscribed is queued, which so goes out first).
+		go p.ended()
 	}
 }
 

@@ -75,3 +75,61 @@ func TestDeadLetterReplicated(t *testing.T) {
 		}
 	}
 }
+
+// A queue and its dead-letter queue on different nodes, as a failover of
+// one of them can leave them (each recovers on its own): the queue's
+// owner copies a rejected message into the dead-letter queue through the
+// cluster, to the node that serves it now, and the copy is replicated
+// there; nothing is left in a queue of the owner's own that the cluster
+// does not know. Here the dead-letter queue alone goes through a recovery,
+// which installs a follower (the old owner comes last).
+func TestDeadLetterServedElsewhere(t *testing.T) {
+	nodes := startNodes(t, 3, nodeOptions{clients: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "orders", Durability: appliance.Durable, DeadLetter: "rejects"}, "")
+	await.Within(t, 30*time.Second, owner.id+" to serve rejects", func() bool {
+		_, ok := owner.cluster.Gate("rejects", 0)
+		return ok
+	})
+	const n = 10
+	publishN(t, owner.broker, "orders", "order", n)
+	nodes.copiesMatch(t, "rejects", (*wal.Log).DurableNext) // every copy a witness
+	epoch := nodes.assignments(t, "rejects")[0].Epoch
+	owner.cluster.proposeRecovery("rejects", epoch, "test: move the dead-letter queue alone")
+	dlOwner := nodes.servedAfter(t, "rejects", epoch)
+	if dlOwner == owner {
+		t.Fatalf("rejects recovered on %s, the owner of orders: the test needs them apart", owner.id)
+	}
+
+	rejected := make(chan uint64, n)
+	sub, err := owner.broker.Subscribe("orders", appliance.SubscribeOptions{Prefetch: n, Deliver: func(d appliance.Delivery) {
+		rejected <- d.Tag
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	for range n {
+		select {
+		case tag := <-rejected:
+			if err := sub.Nack(false, tag); err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			t.Fatal("orders delivered too few messages")
+		}
+	}
+	await.Within(t, 30*time.Second, "every rejected message in rejects on "+dlOwner.id, func() bool {
+		info, err := dlOwner.broker.QueueInfo("rejects")
+		return err == nil && info.Messages == n
+	})
+	nodes.copiesMatch(t, "rejects", (*wal.Log).DurableNext)
+	if _, err := owner.broker.QueueInfo("rejects"); err == nil {
+		t.Fatalf("%s serves a rejects of its own; the cluster places rejects on %s", owner.id, dlOwner.id)
+	}
+	await.Within(t, 30*time.Second, "orders to settle every rejected message", func() bool {
+		info, err := owner.broker.QueueInfo("orders")
+		return err == nil && info.Messages == 0 && info.Counters.DeadLettered == n
+	})
+}

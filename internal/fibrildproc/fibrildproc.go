@@ -228,7 +228,8 @@ func (p *Process) Dump(timeout time.Duration) string {
 }
 
 // Stop sends SIGTERM and waits up to timeout for the exit; past it the
-// process is killed and an error returned. It returns the exit status.
+// process is made to dump its goroutines (then killed) and an error
+// returned, the dump in it. It returns the exit status.
 func (p *Process) Stop(timeout time.Duration) error {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("fibrildproc: SIGTERM: %w", err)
@@ -237,8 +238,8 @@ func (p *Process) Stop(timeout time.Duration) error {
 	case <-p.exited:
 		return p.err
 	case <-time.After(timeout):
-		p.Kill()
-		return fmt.Errorf("fibrildproc: no exit within %v of SIGTERM\n%s", timeout, p.Log())
+		// A goroutine dump (SIGQUIT) shows where the shutdown hangs.
+		return fmt.Errorf("fibrildproc: no exit within %v of SIGTERM\n%s", timeout, p.Dump(10*time.Second))
 	}
 }
 

@@ -63,7 +63,16 @@ func prepareClusterEnv(t *testing.T, ctx context.Context, fs string, tags ...str
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { h.Close() })
+	t.Cleanup(func() {
+		h.Close()
+		if t.Failed() { // the history goes with the test's directory: keep a copy
+			name := filepath.Join(os.TempDir(), fmt.Sprintf("fibril-%s-history-%d.jsonl",
+				strings.ReplaceAll(t.Name(), "/", "_"), time.Now().Unix()))
+			if b, err := os.ReadFile(filepath.Join(dir, "history.jsonl")); err == nil && os.WriteFile(name, b, 0o644) == nil {
+				t.Logf("the history: %s", name)
+			}
+		}
+	})
 	e := &clusterEnv{t: t, h: h, seed: caseSeed(t), start: time.Now(), byAddr: map[string]int{}, fs: fs}
 	ports := make([]string, 3)
 	for i := range ports {

@@ -241,4 +241,3 @@ func Warnings(data []byte) []Problem {
 	}
 	return out
 }
-
