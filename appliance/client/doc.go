@@ -73,7 +73,12 @@
 // lines about the connection (lost, reconnect failed, reconnected) carry
 // the address as addr. Deliveries received before the loss are stale:
 // the broker releases them for redelivery, and their Ack or Nack returns
-// ErrStaleDelivery without sending anything. While reconnecting, Publish,
+// ErrStaleDelivery without sending anything. The broker may also end one
+// subscription by itself while the connection stays (its queue moved to
+// another node of a cluster, or was deleted): the Consumer then subscribes
+// again on the same connection after a backoff, its earlier deliveries
+// stale in the same way, and ends with ErrNotFound (see Err) if the queue
+// is gone. While reconnecting, Publish,
 // DeclareQueue and Subscribe wait for the connection (bounded by their
 // ctx); PublishAsync fails at once with ErrNotConnected. A pipeline that
 // resends from its first unconfirmed message after a loss chains its
