@@ -32,6 +32,11 @@ type QueueCounters struct {
 	RejectedDisk    int64 // refused by the disk budget, the free-space watermark, or no space for a new segment
 	DroppedOverflow int64 // oldest messages dropped by the drop-oldest policy
 	LostQuarantined int64 // messages lost with segments quarantined since start
+	Delivered       int64 // deliveries handed to consumers, redeliveries included
+	Redelivered     int64 // of which a message's second or later delivery
+	Acked           int64 // deliveries acknowledged
+	Requeued        int64 // deliveries nacked with requeue: ready again
+	Rejected        int64 // deliveries nacked without requeue: discarded or dead-lettered
 }
 
 // Quarantined is a range of a partition's log set aside as corrupt.
@@ -103,6 +108,8 @@ func (q *queue) info(now time.Time) QueueInfo {
 		Discarded: c.discarded.Load(), DeadLettered: c.deadLettered.Load(),
 		RejectedFull: c.rejectedFull.Load(), RejectedDisk: c.rejectedDisk.Load(), DroppedOverflow: c.dropped.Load(),
 		LostQuarantined: c.lostQuarantined.Load(),
+		Delivered:       c.delivered.Load(), Redelivered: c.redelivered.Load(),
+		Acked: c.acked.Load(), Requeued: c.requeued.Load(), Rejected: c.rejected.Load(),
 	}
 	in.Dedupe = q.dedupe.info()
 	for _, p := range q.parts {

@@ -519,6 +519,10 @@ func (p *partition) deliver(d dispatch[*Subscription]) {
 		Deliveries: d.deliveries, MessageID: pub.MessageID, Key: pub.Key, Headers: pub.Headers,
 		Body: pub.Body, PublishedAt: pub.At,
 	})
+	p.q.counters.delivered.Add(1)
+	if d.deliveries > 1 {
+		p.q.counters.redelivered.Add(1)
+	}
 	if obs := p.q.b.opts.Observer; obs != nil {
 		obs.Delivered(p.q.cfg().Name, p.q.cfg().Durability, d.deliveries, time.Since(pub.At))
 	}

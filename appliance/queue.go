@@ -75,6 +75,7 @@ const admitWait = 10 * time.Second
 type queueCounters struct {
 	published, duplicates, expired, discarded, deadLettered atomic.Int64
 	rejectedFull, rejectedDisk, dropped, lostQuarantined    atomic.Int64
+	delivered, redelivered, acked, requeued, rejected       atomic.Int64
 }
 
 func (q *queue) wakeAll() {

@@ -23,6 +23,14 @@ func (p *partition) settle(sub *Subscription, tags []uint64, kind byte) (stale [
 		return stale
 	}
 	offs := leaseOffsets(ended)
+	switch kind {
+	case recAck:
+		p.q.counters.acked.Add(int64(len(offs)))
+	case recRelease:
+		p.q.counters.requeued.Add(int64(len(offs)))
+	default:
+		p.q.counters.rejected.Add(int64(len(offs)))
+	}
 	switch {
 	case kind == recDiscard && p.q.cfg().DeadLetter != "":
 		p.q.b.bg.Go(func() { p.deadLetter(offs, "rejected") })

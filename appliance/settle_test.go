@@ -653,3 +653,38 @@ func TestDeadLetterKeepsTheMessage(t *testing.T) {
 		t.Fatalf("dead letter on partition %d, the key picks %d", dd.Partition, c.Partition)
 	}
 }
+
+// Queue info counts each delivery and what its consumer decided: a nack
+// with requeue delivers the message again (a redelivery), an ack and a
+// nack without requeue settle it.
+func TestSettleCounters(t *testing.T) {
+	ctx := testCtx(t)
+	b := openBroker(t, vfs.NewMem(), "data", Options{Logger: quietLogger()})
+	defer b.Close()
+	declare(t, ctx, b, QueueConfig{Name: "q"})
+	publish(t, ctx, b, "q", Message{Body: body(1)})
+	sub, c := subscribe(t, b, "q", 1)
+	d := c.next(t, ctx)
+	if err := sub.Nack(true, d.Tag); err != nil { // requeue: delivered again
+		t.Fatal(err)
+	}
+	d = c.next(t, ctx)
+	if d.Deliveries != 2 {
+		t.Fatalf("after a requeue the next delivery is a message's delivery %d, want its second", d.Deliveries)
+	}
+	if err := sub.Ack(d.Tag); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, b, "q", Message{Body: body(2)})
+	d = c.next(t, ctx)
+	if err := sub.Nack(false, d.Tag); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "both settled", func() bool { return info(t, b, "q").Messages == 0 })
+	got := info(t, b, "q").Counters
+	want := QueueCounters{Delivered: 3, Redelivered: 1, Acked: 1, Requeued: 1, Rejected: 1}
+	if got.Delivered != want.Delivered || got.Redelivered != want.Redelivered || got.Acked != want.Acked ||
+		got.Requeued != want.Requeued || got.Rejected != want.Rejected {
+		t.Fatalf("counters %+v, want delivered 3, redelivered 1, acked 1, requeued 1, rejected 1", got)
+	}
+}

@@ -34,6 +34,7 @@ var (
 	descPublishes  = desc("fibril_publishes_total", "Publishes to the queue that completed, confirmed or refused.", queueLabels...)
 	descConfirms   = desc("fibril_confirms_total", "Publishes confirmed at the queue's durability, duplicates included.", queueLabels...)
 	descDeliveries = desc("fibril_deliveries_total", "Deliveries to consumers, redeliveries included.", queueLabels...)
+	descNacked     = desc("fibril_queue_nacked_total", "Deliveries the queue's consumers nacked since start, by what became of them: requeue (ready again) or reject (discarded or dead-lettered).", "queue", "mode", "action")
 )
 
 // queueMetric is a per-queue figure read from QueueInfo.
@@ -66,6 +67,11 @@ var queueMetrics = []queueMetric{
 		func(q appliance.QueueInfo) float64 { return float64(q.Counters.Duplicates) }},
 	{desc("fibril_queue_expired_total", "Leases that expired past their ack deadline.", queueLabels...), prometheus.CounterValue,
 		func(q appliance.QueueInfo) float64 { return float64(q.Counters.Expired) }},
+	{desc("fibril_queue_redelivered_total", "Deliveries of a message delivered before (after a nack, an expired lease or a consumer that left).", queueLabels...), prometheus.CounterValue,
+		func(q appliance.QueueInfo) float64 { return float64(q.Counters.Redelivered) }},
+	{desc("fibril_queue_acked_total", "Deliveries the queue's consumers acknowledged since start.", queueLabels...), prometheus.CounterValue,
+		func(q appliance.QueueInfo) float64 { return float64(q.Counters.Acked) }},
+
 	{desc("fibril_queue_discarded_total", "Messages discarded (rejected without a dead-letter queue).", queueLabels...), prometheus.CounterValue,
 		func(q appliance.QueueInfo) float64 { return float64(q.Counters.Discarded) }},
 	{desc("fibril_queue_dead_lettered_total", "Messages moved to the dead-letter queue.", queueLabels...), prometheus.CounterValue,
@@ -143,7 +149,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPublishes, descConfirms, descDeliveries, descRefusals, descLatched, descQueues, descFailed} {
+	for _, d := range []*prometheus.Desc{descPublishes, descConfirms, descDeliveries, descNacked, descRefusals, descLatched, descQueues, descFailed} {
 		ch <- d
 	}
 	for _, qm := range queueMetrics {
@@ -168,6 +174,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, qm := range queueMetrics {
 			ch <- prometheus.MustNewConstMetric(qm.desc, qm.typ, qm.value(in), name, mode)
 		}
+		ch <- prometheus.MustNewConstMetric(descNacked, prometheus.CounterValue, float64(in.Counters.Requeued), name, mode, "requeue")
+		ch <- prometheus.MustNewConstMetric(descNacked, prometheus.CounterValue, float64(in.Counters.Rejected), name, mode, "reject")
 		ch <- prometheus.MustNewConstMetric(descRefusals, prometheus.CounterValue, float64(in.Counters.RejectedFull), name, "queue_full")
 		ch <- prometheus.MustNewConstMetric(descRefusals, prometheus.CounterValue, float64(in.Counters.RejectedDisk), name, "disk_full")
 		for _, p := range in.Partitions {
