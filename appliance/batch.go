@@ -43,12 +43,13 @@ type publishBatch struct {
 type pubReq struct {
 	typ  byte // recPublish or recPublishKeyed
 	rec  []byte
+	room reservation // what it holds in the queue's limits until applied
 	done func(wal.AppendResult, error)
 }
 
-// publish adds one encoded publish record, of type typ, to the
-// partition's batch.
-func (p *partition) publish(typ byte, rec []byte, done func(wal.AppendResult, error)) {
+// publish adds one encoded publish record, of type typ, holding room in
+// the queue's limits, to the partition's batch.
+func (p *partition) publish(typ byte, rec []byte, room reservation, done func(wal.AppendResult, error)) {
 	gap := p.q.b.publishGap(p.q.cfg().Durability)
 	p.batch.mu.Lock()
 	for !p.batch.closed && p.pendingFullLocked() {
@@ -56,10 +57,11 @@ func (p *partition) publish(typ byte, rec []byte, done func(wal.AppendResult, er
 	}
 	if p.batch.closed {
 		p.batch.mu.Unlock()
+		p.unhold(&heldRoom{reservation: room})
 		done(wal.AppendResult{}, ErrClosed)
 		return
 	}
-	p.batch.pending = append(p.batch.pending, pubReq{typ: typ, rec: rec, done: done})
+	p.batch.pending = append(p.batch.pending, pubReq{typ: typ, rec: rec, room: room, done: done})
 	p.batch.pendingSize += int64(len(rec))
 	now := time.Now()
 	// A publish that finds the partition quiet (nothing pending, nothing
@@ -178,10 +180,16 @@ func (p *partition) flushFrom(waited bool) {
 		}
 		p.batch.mu.Unlock()
 		entries := make([]wal.Entry, len(batch))
+		var room reservation
 		for i, r := range batch {
 			entries[i] = wal.Entry{Type: r.typ, Payload: r.rec}
+			room = room.plus(r.room)
 		}
-		p.submit(entries, func(res wal.AppendResult, err error) {
+		var held *heldRoom
+		if room != (reservation{}) {
+			held = &heldRoom{reservation: room}
+		}
+		p.submitHolding(entries, held, func(res wal.AppendResult, err error) {
 			for i, r := range batch {
 				r.done(wal.AppendResult{First: res.First + uint64(i), Next: res.First + uint64(i) + 1}, err)
 			}
@@ -202,6 +210,7 @@ func (p *partition) closeBatches() {
 	p.batch.room.Broadcast()
 	p.batch.mu.Unlock()
 	for _, r := range pending {
+		p.unhold(&heldRoom{reservation: r.room})
 		r.done(wal.AppendResult{}, ErrClosed)
 	}
 }

@@ -22,7 +22,7 @@ import (
 // the lock, ask the core, and carry out what it returns.
 //
 // Each piece of mutable state has one owner, named by the comment on its
-// group. Lock order: ckptMu, then mu, then Subscription.mu or the queue's
+// group. Lock order: the queue's admission mutex, then ckptMu, then mu, then Subscription.mu or the queue's
 // dedupe table; mu is never taken with submitMu or batch.mu held.
 type partition struct {
 	// Set at open, never changed. The log is safe for concurrent use.
@@ -47,9 +47,16 @@ type partition struct {
 	quarantined []quarantineRecord
 	dirty       bool // applied since the last checkpoint
 
-	// count and bytes mirror core.st.count and core.st.bytes for the
-	// queue's lock-free limit checks: written only under mu, read anywhere.
+	// count and bytes mirror core.st.count and core.st.bytes: written only
+	// under mu, read anywhere.
 	count, bytes atomic.Int64
+	// room is what the queue's limits count besides the applied state:
+	// publishes admitted and drop-oldest discards taken, not applied yet.
+	// Guarded by mu, so that an apply moves a message from room to the
+	// state in one step; admitCount and admitBytes mirror the sum for the
+	// queue's limit checks (admission.go).
+	room                   reservation
+	admitCount, admitBytes atomic.Int64
 
 	batch publishBatch // publishes gathering for one append; its own mutex (batch.go)
 
@@ -65,18 +72,10 @@ type partition struct {
 }
 
 type pendingAppend struct {
-	c        *wal.Completion
-	entries  []wal.Entry
-	applying func()                        // right before apply, on the applier goroutine; may be nil
-	done     func(wal.AppendResult, error) // after apply, on the applier goroutine
-}
-
-// applyPending applies a completed append's entries.
-func (p *partition) applyPending(pa pendingAppend, first uint64) error {
-	if pa.applying != nil {
-		pa.applying()
-	}
-	return p.apply(first, pa.entries)
+	c       *wal.Completion
+	entries []wal.Entry
+	room    *heldRoom                     // the room its records hold in the queue's limits; may be nil
+	done    func(wal.AppendResult, error) // after apply, on the applier goroutine
 }
 
 type dedupeRecord struct {
@@ -97,8 +96,7 @@ func openPartition(q *queue, idx int, log *wal.Log, rp *replayer, gate ReplicaGa
 		closing:     make(chan struct{}),
 	}
 	p.batch.room = sync.NewCond(&p.batch.mu)
-	p.count.Store(rp.st.count)
-	p.bytes.Store(rp.st.bytes)
+	p.mirrorLocked() // not shared yet
 	heldTo := rp.st.appliedNext
 	if rp.held {
 		heldTo = log.WrittenNext() // what the replay left for the gate
@@ -137,40 +135,41 @@ func (p *partition) read(offset uint64) (wal.Record, error) {
 // submit appends entries at the partition's durability; done runs after
 // they are applied (or failed).
 func (p *partition) submit(entries []wal.Entry, done func(wal.AppendResult, error)) {
-	p.submitThen(entries, nil, done)
+	p.submitHolding(entries, nil, done)
 }
 
-// submitThen is submit with applying, run on the applier goroutine right
-// before the entries are applied (not when the append failed).
-func (p *partition) submitThen(entries []wal.Entry, applying func(), done func(wal.AppendResult, error)) {
+// submitHolding is submit for records that hold room in the queue's
+// limits: the apply takes the room over, and a failed append gives it
+// back before done runs.
+func (p *partition) submitHolding(entries []wal.Entry, room *heldRoom, done func(wal.AppendResult, error)) {
+	fail := func(err error) {
+		p.unhold(room)
+		if done != nil {
+			done(wal.AppendResult{}, err)
+		}
+	}
 	p.submitMu.Lock()
 	defer p.submitMu.Unlock()
 	select {
 	case <-p.closing:
-		if done != nil {
-			done(wal.AppendResult{}, ErrClosed)
-		}
+		fail(ErrClosed)
 		return
 	default:
 	}
 	if p.gate != nil {
 		if err := p.gate.Writable(); err != nil {
-			if done != nil {
-				done(wal.AppendResult{}, err)
-			}
+			fail(err)
 			return
 		}
 	}
 	c := p.log.AppendAsync(entries, p.dur)
 	select {
-	case p.applyCh <- pendingAppend{c: c, entries: entries, applying: applying, done: done}:
+	case p.applyCh <- pendingAppend{c: c, entries: entries, room: room, done: done}:
 	case <-p.closing:
 		// The applier may be held at the replica gate with the channel
 		// full; closing ends that wait. What this append wrote is applied
 		// when the log is replayed at the next open.
-		if done != nil {
-			done(wal.AppendResult{}, ErrClosed)
-		}
+		fail(ErrClosed)
 	}
 }
 
@@ -321,7 +320,7 @@ func (p *partition) replayHeld(to uint64) {
 				}
 				entries = append(entries, wal.Entry{Type: r.Type, Payload: r.Payload})
 			}
-			err = p.apply(from, entries)
+			err = p.apply(from, entries, nil)
 			from += uint64(len(entries))
 			held.applied(from)
 		}
@@ -344,19 +343,16 @@ func (p *partition) runApplier() {
 				err = fmt.Errorf("%w: queue %s partition %d: not enough copies: %w", ErrUnavailable, p.q.cfg().Name, p.idx, err)
 				break
 			}
-			err = p.applyPending(pa, res.First)
+			err = p.apply(res.First, pa.entries, pa.room)
 		case err == nil:
-			err = p.applyPending(pa, res.First)
+			err = p.apply(res.First, pa.entries, pa.room)
 		case errors.Is(err, wal.ErrNoSpace) && p.gate == nil && settlesOnly(pa.entries):
 			// A full disk must not keep a consumer's decision from taking
 			// effect, or no checkpoint could pass the message and no space
 			// would ever be freed (reserve.go): the settle applies in
 			// memory, the next checkpoint records it, and a crash before
 			// that redelivers the message (at least once).
-			if pa.applying != nil {
-				pa.applying()
-			}
-			err = p.applyUnlogged(pa.entries)
+			err = p.applyUnlogged(pa.entries, pa.room)
 		case errors.Is(err, wal.ErrNoSpace): // nothing written, the log stays healthy
 			if len(pa.entries) > 0 && isPublish(pa.entries[0].Type) {
 				p.q.counters.rejectedDisk.Add(1)
@@ -367,6 +363,7 @@ func (p *partition) runApplier() {
 		default:
 			err = fmt.Errorf("%w: queue %s partition %d: %w", ErrUnavailable, p.q.cfg().Name, p.idx, err)
 		}
+		p.unhold(pa.room) // not applied: the room goes back
 		if pa.done != nil {
 			pa.done(res, err)
 		}
@@ -383,9 +380,10 @@ func settlesOnly(entries []wal.Entry) bool {
 	return len(entries) > 0
 }
 
-// apply applies records that completed at the queue's durability.
-func (p *partition) apply(first uint64, entries []wal.Entry) error {
-	return p.applyEach(first, entries, func(r wal.Record) (applyEffect, error) {
+// apply applies records that completed at the queue's durability; room,
+// when set, is what they held in the queue's limits.
+func (p *partition) apply(first uint64, entries []wal.Entry, room *heldRoom) error {
+	return p.applyEach(first, entries, room, func(r wal.Record) (applyEffect, error) {
 		return p.core.st.apply(r, p.q.cfg().MaxDeliveries)
 	})
 }
@@ -393,20 +391,24 @@ func (p *partition) apply(first uint64, entries []wal.Entry) error {
 // applyUnlogged applies settles whose records the log had no room for
 // (a full disk): in memory, outside the log's order, for the next
 // checkpoint to record.
-func (p *partition) applyUnlogged(entries []wal.Entry) error {
-	return p.applyEach(0, entries, func(r wal.Record) (applyEffect, error) {
+func (p *partition) applyUnlogged(entries []wal.Entry, room *heldRoom) error {
+	return p.applyEach(0, entries, room, func(r wal.Record) (applyEffect, error) {
 		return p.core.st.settleRecord(r, p.q.cfg().MaxDeliveries)
 	})
 }
 
-// applyEach applies entries, the first at offset first, with one.
-func (p *partition) applyEach(first uint64, entries []wal.Entry, one func(wal.Record) (applyEffect, error)) error {
+// applyEach applies entries, the first at offset first, with one. The
+// room they held goes in the same step, so the limits never count a
+// message twice or not at all.
+func (p *partition) applyEach(first uint64, entries []wal.Entry, room *heldRoom, one func(wal.Record) (applyEffect, error)) error {
 	var over []uint64
 	p.mu.Lock()
+	p.unholdLocked(room)
 	for i, e := range entries {
 		off := first + uint64(i)
 		eff, err := one(wal.Record{Offset: off, Type: e.Type, Payload: e.Payload})
 		if err != nil {
+			p.mirrorLocked()
 			p.mu.Unlock()
 			return fmt.Errorf("queue %s partition %d: %w", p.q.cfg().Name, p.idx, err)
 		}
@@ -431,10 +433,13 @@ func (p *partition) applyEach(first uint64, entries []wal.Entry, one func(wal.Re
 	return nil
 }
 
-// mirrorLocked publishes the state's size to the lock-free mirrors.
+// mirrorLocked publishes the state's size, and with the room held the
+// limits' count, to the lock-free mirrors.
 func (p *partition) mirrorLocked() {
 	p.count.Store(p.core.st.count)
 	p.bytes.Store(p.core.st.bytes)
+	p.admitCount.Store(p.core.st.count + p.room.pubs - p.room.drops)
+	p.admitBytes.Store(p.core.st.bytes + p.room.pubBytes - p.room.dropBytes)
 }
 
 // rememberLocked marks a published message id stored in the queue's
@@ -574,6 +579,8 @@ func (p *partition) takeOldest() (uint64, int64, bool) {
 		return 0, 0, false
 	}
 	m.status = msgSettling
+	p.room.drops, p.room.dropBytes = p.room.drops+1, p.room.dropBytes+m.size
+	p.mirrorLocked()
 	return m.offset, m.size, true
 }
 
