@@ -22,7 +22,9 @@ import (
 // no new deliveries, which go to the other consumers of their queues.
 // A paused connection resumes once it has written half of what it held
 // when paused (to its socket: what the kernel's buffers take counts as
-// written, since it no longer sits in the broker's memory). One that has
+// written, since it no longer sits in the broker's memory) and the total
+// is within the budget, checked as it writes and when the total comes
+// back within the budget (another connection wrote or was closed). One that has
 // not within the grace period is sent
 // Goodbye{reason}, what is still queued to it is dropped (its deliveries
 // are released when the connection closes, without counting a delivery),
@@ -47,6 +49,10 @@ type deliveryBudget struct {
 
 	mu     sync.Mutex // guards paused; taken before Server.mu, never after
 	paused map[*conn]*pausedConn
+
+	// within runs, on a goroutine of its own, when the total comes back
+	// within the limit (Server.resumeCaughtUp).
+	within func()
 }
 
 type pausedConn struct {
@@ -55,7 +61,17 @@ type pausedConn struct {
 }
 
 // add counts n bytes of deliveries queued (negative: written or dropped).
-func (b *deliveryBudget) add(n int64) int64 { return b.total.Add(n) }
+// The step that brings the total back within the limit starts within:
+// a paused connection that wrote its share while another held the total
+// over the limit resumes then, not only when it writes again (it may have
+// nothing left to write).
+func (b *deliveryBudget) add(n int64) int64 {
+	t := b.total.Add(n)
+	if n < 0 && b.limit > 0 && t <= b.limit && t-n > b.limit && b.within != nil {
+		go b.within()
+	}
+	return t
+}
 
 // overBudget runs after a delivery took the total past the budget: at
 // most once per budgetScanEvery, it pauses the connections with the most
@@ -132,6 +148,21 @@ func (s *Server) written(c *conn) {
 	b.mu.Unlock()
 	c.log.Info("slow consumer caught up; resuming its deliveries", "queued_bytes", c.out.queuedDeliveries())
 	c.setPaused(false)
+}
+
+// resumeCaughtUp resumes the paused connections that have written half of
+// what they held.
+func (s *Server) resumeCaughtUp() {
+	b := &s.budget
+	b.mu.Lock()
+	paused := make([]*conn, 0, len(b.paused))
+	for c := range b.paused {
+		paused = append(paused, c)
+	}
+	b.mu.Unlock()
+	for _, c := range paused {
+		s.written(c)
+	}
 }
 
 // graceEnded disconnects a connection still paused a grace period after

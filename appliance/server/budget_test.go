@@ -198,9 +198,12 @@ func TestDeliveryBudgetPausesThenClosesSlowConsumer(t *testing.T) {
 	if p.err != nil || p.distinct != n {
 		t.Fatalf("fast consumer got %d of %d messages: %v", p.distinct, n, p.err)
 	}
+	// The fast consumer may have been paused too, for a moment: its window
+	// is more than half the budget, and the slow one held the total over
+	// it. It resumes once the slow one is closed; it is never closed.
 	pauses, closed, now := s.SlowConsumers()
-	if pauses != 1 || closed != 1 || now != 0 {
-		t.Fatalf("slow consumers: %d paused, %d closed, %d paused now; want 1, 1, 0", pauses, closed, now)
+	if pauses < 1 || closed != 1 || now != 0 {
+		t.Fatalf("slow consumers: %d paused, %d closed, %d paused now; want 1 or more, 1, 0", pauses, closed, now)
 	}
 	waitFor(t, "the budget to count nothing queued", func() bool { return s.QueuedDeliveryBytes() == 0 })
 	t.Logf("the slow consumer was sent %d deliveries before it was paused (window %d)", delivered, prefetch)

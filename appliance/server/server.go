@@ -60,6 +60,7 @@ func New(b *appliance.Broker, opts Options) (*Server, error) {
 		conns:     make(map[*conn]struct{}),
 		preHello:  newPreHelloSet(opts),
 	}
+	s.budget.within = s.resumeCaughtUp
 	for _, t := range opts.Tokens {
 		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
 	}
