@@ -148,15 +148,15 @@ var (
 		"Connections to the cluster port closed during their handshake to make room for newer ones (cluster port limits per source and in total).")
 	descFollowerNext = desc("fibril_replica_follower_next",
 		"Next offset a follower of a partition this node owns reports, at the boundary written (handed to its operating system) or durable (synced).",
-		"queue", "partition", "follower", "boundary")
+		"queue", "mode", "partition", "follower", "boundary")
 	descPartitionEpoch = desc("fibril_cluster_partition_epoch",
 		"Epoch of a cluster partition's assignment: it rises at every failover.", partitionLabels...)
 	descPartitionRecovering = desc("fibril_cluster_partition_recovering",
 		"1 while a recovery is installing the partition's epoch (no owner serves it), else 0.", partitionLabels...)
 	descFailoverSeconds = desc("fibril_cluster_last_failover_seconds",
-		"How long the queue's last failover took, from its start to the new owner's install.", "queue")
+		"How long the queue's last failover took, from its start to the new owner's install.", queueLabels...)
 	descFailoverTime = desc("fibril_cluster_last_failover_timestamp_seconds",
-		"When the queue's last failover started (unix seconds).", "queue")
+		"When the queue's last failover started (unix seconds).", queueLabels...)
 	descReplicaCeiling = desc("fibril_replica_ceiling",
 		"Visibility ceiling of a partition this node owns: the next offset enough followers hold for its policy; nothing at or above it is delivered. Absent when the owner alone suffices.",
 		partitionLabels...)
@@ -186,22 +186,23 @@ func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descHandshaking, float64(v.Handshaking))
 	ch <- prometheus.MustNewConstMetric(descHandshakesEvicted, prometheus.CounterValue, float64(v.HandshakesEvicted))
 	for _, q := range v.Queues {
+		mode := q.Durability
 		if f := q.LastFailover; f != nil {
-			gauge(descFailoverTime, float64(f.StartedAt.UnixNano())/1e9, q.Name)
+			gauge(descFailoverTime, float64(f.StartedAt.UnixNano())/1e9, q.Name, mode)
 			if !f.InstalledAt.IsZero() {
-				gauge(descFailoverSeconds, f.InstalledAt.Sub(f.StartedAt).Seconds(), q.Name)
+				gauge(descFailoverSeconds, f.InstalledAt.Sub(f.StartedAt).Seconds(), q.Name, mode)
 			}
 		}
 		for _, p := range q.Partitions {
 			idx := strconv.Itoa(p.Partition)
-			gauge(descPartitionEpoch, float64(p.Epoch), q.Name, idx)
-			gauge(descPartitionRecovering, bool01(p.Recovering), q.Name, idx)
+			gauge(descPartitionEpoch, float64(p.Epoch), q.Name, mode, idx)
+			gauge(descPartitionRecovering, bool01(p.Recovering), q.Name, mode, idx)
 			for f, pr := range p.Progress {
-				gauge(descFollowerNext, float64(pr.WrittenNext), q.Name, idx, f, "written")
-				gauge(descFollowerNext, float64(pr.DurableNext), q.Name, idx, f, "durable")
+				gauge(descFollowerNext, float64(pr.WrittenNext), q.Name, mode, idx, f, "written")
+				gauge(descFollowerNext, float64(pr.DurableNext), q.Name, mode, idx, f, "durable")
 			}
 			if p.Ceiling != nil {
-				gauge(descReplicaCeiling, float64(*p.Ceiling), q.Name, idx)
+				gauge(descReplicaCeiling, float64(*p.Ceiling), q.Name, mode, idx)
 			}
 		}
 	}

@@ -22,7 +22,7 @@ func newStateCollector(b *appliance.Broker, m *Metrics) *stateCollector {
 
 var (
 	queueLabels     = []string{"queue", "mode"}
-	partitionLabels = []string{"queue", "partition"}
+	partitionLabels = []string{"queue", "mode", "partition"}
 )
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -84,7 +84,7 @@ var queueMetrics = []queueMetric{
 
 var descRefusals = desc("fibril_publish_refusals_total",
 	"Publishes refused: reason queue_full (the queue's limits) or disk_full (storage full: disk budget, free-space watermark, or no space left).",
-	"queue", "reason")
+	"queue", "mode", "reason")
 
 // partitionMetric is a per-partition figure read from PartitionInfo.
 type partitionMetric struct {
@@ -176,12 +176,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descNacked, prometheus.CounterValue, float64(in.Counters.Requeued), name, mode, "requeue")
 		ch <- prometheus.MustNewConstMetric(descNacked, prometheus.CounterValue, float64(in.Counters.Rejected), name, mode, "reject")
-		ch <- prometheus.MustNewConstMetric(descRefusals, prometheus.CounterValue, float64(in.Counters.RejectedFull), name, "queue_full")
-		ch <- prometheus.MustNewConstMetric(descRefusals, prometheus.CounterValue, float64(in.Counters.RejectedDisk), name, "disk_full")
+		ch <- prometheus.MustNewConstMetric(descRefusals, prometheus.CounterValue, float64(in.Counters.RejectedFull), name, mode, "queue_full")
+		ch <- prometheus.MustNewConstMetric(descRefusals, prometheus.CounterValue, float64(in.Counters.RejectedDisk), name, mode, "disk_full")
 		for _, p := range in.Partitions {
 			idx := strconv.Itoa(p.Index)
 			for _, pm := range partitionMetrics {
-				ch <- prometheus.MustNewConstMetric(pm.desc, pm.typ, pm.value(p), name, idx)
+				ch <- prometheus.MustNewConstMetric(pm.desc, pm.typ, pm.value(p), name, mode, idx)
 			}
 			if p.Latched {
 				latched++
