@@ -377,13 +377,7 @@ func TestClusterOwnerBackShorter(t *testing.T) {
 // The wiped node's new copies hold nothing it once acknowledged until
 // they caught up, so it must never stand in for the records it lost:
 // nothing confirmed may be lost, and every copy ends identical.
-//
-// Not in CI yet: it found an open defect (docs/reliability.md, "Cluster
-// failover"), so it runs with make cluster-soak until that is mended.
 func TestClusterWipedFollowerRejoins(t *testing.T) {
-	if os.Getenv("FIBRIL_SOAK") == "" {
-		t.Skip("open defect, runs with make cluster-soak (FIBRIL_SOAK=1)")
-	}
 	ctx := caseCtx(t, 4*time.Minute)
 	e := newClusterEnv(t, ctx, "xfs")
 	queues := bothModes("cw")

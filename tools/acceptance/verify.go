@@ -92,8 +92,15 @@ type Report struct {
 	// (allowed: delivery is at least once).
 	Duplicates int
 	// OrderViolations: a publisher's confirms out of offset order within
-	// a partition, or a drain out of offset order.
+	// a partition, or a drain out of offset order (a message drained
+	// again, after a consumer subscribed anew, is a redelivery).
 	OrderViolations []string
+	// Clashes: two messages confirmed at one position of a partition
+	// with no power cut of a buffered queue between the confirms. Two
+	// owners confirming in one epoch, or an owner writing over records a
+	// copy still holds, show as one; only a buffered queue's cut may lose
+	// confirmed records, and so reuse their offsets.
+	Clashes []string
 	// AckedReturned: acked messages delivered again (allowed after a
 	// fault that lost the ack; counted).
 	AckedReturned []Returned
@@ -127,6 +134,9 @@ func (r Report) Failures() []string {
 	for _, o := range r.OrderViolations {
 		out = append(out, "order: "+o)
 	}
+	for _, c := range r.Clashes {
+		out = append(out, "clash: "+c)
+	}
 	return out
 }
 
@@ -148,8 +158,8 @@ func (r Report) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "sent %d, confirmed %d, failed %d, delivered %d, acked %d, drained %d; faults %d, restarts %d\n",
 		r.Sent, r.Confirmed, r.Failed, r.Delivered, r.Acked, r.Drained, r.Faults, r.Restarts)
-	fmt.Fprintf(&b, "lost %d, holes %d, unexpected %d, duplicates %d, order violations %d, acked returned %d\n",
-		len(r.Lost), len(r.Holes), len(r.Unexpected), r.Duplicates, len(r.OrderViolations), len(r.AckedReturned))
+	fmt.Fprintf(&b, "lost %d, holes %d, unexpected %d, duplicates %d, order violations %d, clashes %d, acked returned %d\n",
+		len(r.Lost), len(r.Holes), len(r.Unexpected), r.Duplicates, len(r.OrderViolations), len(r.Clashes), len(r.AckedReturned))
 	perQueue := map[string]int{}
 	afterCut := 0
 	for _, l := range r.Lost {
@@ -276,6 +286,18 @@ func VerifySeq(events iter.Seq[Event], queues []QueueSpec) Report {
 	faultT := map[int]time.Time{}
 	cut := map[int]bool{} // epochs whose power cut has begun
 	frontiers := map[frontierKey]Event{}
+	type position struct {
+		queue string
+		part  int
+		off   uint64
+	}
+	type positionHolder struct {
+		id   string
+		t    time.Time
+		cuts int // power cuts begun before its confirm
+	}
+	positions := map[position]positionHolder{}
+	cuts := 0
 	lastDrain := map[[2]string]uint64{} // queue, partition → last drained offset + 1
 	deliver := func(e Event, drain bool) {
 		m := get(e.ID)
@@ -302,7 +324,11 @@ func VerifySeq(events iter.Seq[Event], queues []QueueSpec) Report {
 		}
 		if drain {
 			r.Drained++
+			again := m.drained
 			m.drained = true
+			if again {
+				return // redelivered to a drain that subscribed anew
+			}
 			k := [2]string{e.Queue, fmt.Sprint(e.Part)}
 			if next, ok := lastDrain[k]; ok && e.Off < next {
 				r.OrderViolations = append(r.OrderViolations, fmt.Sprintf("drain of %s partition %d read offset %d after %d", e.Queue, e.Part, e.Off, next-1))
@@ -321,6 +347,12 @@ func VerifySeq(events iter.Seq[Event], queues []QueueSpec) Report {
 			ci := confirmInfo{Queue: e.Queue, Pub: e.Pub, Seq: e.Seq, Part: e.Part, Off: e.Off, T: e.T}
 			m.confirm, m.cEpoch, m.cCut = &ci, epoch, cut[epoch]
 			r.Confirmed++
+			pos := position{e.Queue, e.Part, e.Off}
+			if h, ok := positions[pos]; ok && h.id != e.ID && !(buffered[e.Queue] && cuts > h.cuts) {
+				r.Clashes = append(r.Clashes, fmt.Sprintf("%s partition %d offset %d confirmed for %s at %s and for %s at %s",
+					e.Queue, e.Part, e.Off, h.id, h.t.Format(time.RFC3339Nano), e.ID, e.T.Format(time.RFC3339Nano)))
+			}
+			positions[pos] = positionHolder{e.ID, e.T, cuts}
 		case KindFail:
 			r.Failed++
 		case KindDeliver:
@@ -339,6 +371,7 @@ func VerifySeq(events iter.Seq[Event], queues []QueueSpec) Report {
 			}
 		case KindCut:
 			cut[epoch] = true
+			cuts++
 		case KindFault:
 			r.Faults++
 			if _, ok := faultT[epoch]; !ok {
