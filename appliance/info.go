@@ -37,6 +37,7 @@ type QueueCounters struct {
 	Acked           int64 // deliveries acknowledged
 	Requeued        int64 // deliveries nacked with requeue: ready again
 	Rejected        int64 // deliveries nacked without requeue: discarded or dead-lettered
+	Purged          int64 // ready messages discarded by a purge
 }
 
 // Quarantined is a range of a partition's log set aside as corrupt.
@@ -110,6 +111,7 @@ func (q *queue) info(now time.Time) QueueInfo {
 		LostQuarantined: c.lostQuarantined.Load(),
 		Delivered:       c.delivered.Load(), Redelivered: c.redelivered.Load(),
 		Acked: c.acked.Load(), Requeued: c.requeued.Load(), Rejected: c.rejected.Load(),
+		Purged: c.purged.Load(),
 	}
 	in.Dedupe = q.dedupe.info()
 	for _, p := range q.parts {

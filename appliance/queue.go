@@ -46,9 +46,9 @@ type queue struct {
 }
 
 type queueCounters struct {
-	published, duplicates, expired, discarded, deadLettered atomic.Int64
-	rejectedFull, rejectedDisk, dropped, lostQuarantined    atomic.Int64
-	delivered, redelivered, acked, requeued, rejected       atomic.Int64
+	published, duplicates, expired, discarded, deadLettered   atomic.Int64
+	rejectedFull, rejectedDisk, dropped, lostQuarantined      atomic.Int64
+	delivered, redelivered, acked, requeued, rejected, purged atomic.Int64
 }
 
 func (q *queue) wakeAll() {

@@ -71,7 +71,8 @@ var queueMetrics = []queueMetric{
 		func(q appliance.QueueInfo) float64 { return float64(q.Counters.Redelivered) }},
 	{desc("fibril_queue_acked_total", "Deliveries the queue's consumers acknowledged since start.", queueLabels...), prometheus.CounterValue,
 		func(q appliance.QueueInfo) float64 { return float64(q.Counters.Acked) }},
-
+	{desc("fibril_queue_purged_total", "Ready messages discarded by purges (POST /api/queues/{name}/purge).", queueLabels...), prometheus.CounterValue,
+		func(q appliance.QueueInfo) float64 { return float64(q.Counters.Purged) }},
 	{desc("fibril_queue_discarded_total", "Messages discarded (rejected without a dead-letter queue).", queueLabels...), prometheus.CounterValue,
 		func(q appliance.QueueInfo) float64 { return float64(q.Counters.Discarded) }},
 	{desc("fibril_queue_dead_lettered_total", "Messages moved to the dead-letter queue.", queueLabels...), prometheus.CounterValue,

@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -55,6 +57,12 @@ type countersView struct {
 	RejectedDisk    int64 `json:"rejected_disk"`
 	DroppedOverflow int64 `json:"dropped_overflow"`
 	LostQuarantined int64 `json:"lost_quarantined"`
+	Delivered       int64 `json:"delivered"`
+	Redelivered     int64 `json:"redelivered"`
+	Acked           int64 `json:"acked"`
+	Requeued        int64 `json:"requeued"`
+	Rejected        int64 `json:"rejected"`
+	Purged          int64 `json:"purged"`
 }
 
 type partitionView struct {
@@ -93,6 +101,8 @@ func viewQueue(in appliance.QueueInfo) queueView {
 			Published: k.Published, Duplicates: k.Duplicates, Expired: k.Expired, Discarded: k.Discarded,
 			DeadLettered: k.DeadLettered, RejectedFull: k.RejectedFull, RejectedDisk: k.RejectedDisk,
 			DroppedOverflow: k.DroppedOverflow, LostQuarantined: k.LostQuarantined,
+			Delivered: k.Delivered, Redelivered: k.Redelivered, Acked: k.Acked, Requeued: k.Requeued,
+			Rejected: k.Rejected, Purged: k.Purged,
 		},
 		DeadLetter: c.DeadLetter, MaxDeliv: c.MaxDeliveries,
 		AckDeadline: c.AckDeadline.Milliseconds(), Dedupe: c.DedupeWindow.Milliseconds(),
@@ -252,6 +262,29 @@ func (s *Server) deleteQueue(r *http.Request) (int, any, error) {
 		return 0, nil, err
 	}
 	return 0, map[string]string{"deleted": name}, nil
+}
+
+// purgeQueue answers POST /api/queues/{name}/purge: the queue's ready
+// messages are discarded, its delivered ones stay with their consumers.
+// On a cluster node the node serving the queue purges it; another node
+// answers 409 served_elsewhere, naming it.
+func (s *Server) purgeQueue(r *http.Request) (int, any, error) {
+	name, err := queueName(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	n, err := s.b.Purge(r.Context(), name)
+	if errors.Is(err, appliance.ErrNotFound) && s.opts.ClusterOps != nil {
+		if owner, addr, ok := s.opts.ClusterOps.Owner(name); ok {
+			return 0, nil, &Error{Status: http.StatusConflict, Code: "served_elsewhere",
+				Err:     fmt.Errorf("queue %s is served by node %s: purge it through that node's admin API", name, owner),
+				Details: map[string]string{"served_by": owner, "served_at": addr}}
+		}
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return 0, map[string]any{"queue": name, "purged": n}, nil
 }
 
 // queueName is the {name} of the path, checked.

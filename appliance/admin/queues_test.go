@@ -2,6 +2,7 @@ package admin
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -135,4 +136,35 @@ func TestDeclareDedupeBounds(t *testing.T) {
 		t.Fatalf("defaults not shown: %+v", q.DedupeTable)
 	}
 	f.do("POST", "/api/queues", map[string]any{"name": "bad", "dedupe_max_bytes": 10}).wantError(t, http.StatusBadRequest, "invalid")
+}
+
+// POST /api/queues/{name}/purge discards the ready messages and says how
+// many; an unknown queue is 404, and on a cluster node a queue another
+// node serves is 409 served_elsewhere, naming that node.
+func TestPurgeQueue(t *testing.T) {
+	f := newFixture(t, Options{})
+	f.declare(map[string]any{"name": "clicks", "partitions": 2})
+	for i := range 5 {
+		f.do("POST", "/api/queues/clicks/messages", map[string]any{"body": fmt.Sprint(i)}).want(t, http.StatusOK, nil)
+	}
+	var rep struct {
+		Queue  string `json:"queue"`
+		Purged int64  `json:"purged"`
+	}
+	f.do("POST", "/api/queues/clicks/purge", nil).want(t, http.StatusOK, &rep)
+	if rep.Queue != "clicks" || rep.Purged != 5 {
+		t.Fatalf("purge answered %+v, want 5 purged from clicks", rep)
+	}
+	var q queueView
+	f.do("GET", "/api/queues/clicks", nil).want(t, http.StatusOK, &q)
+	if q.Messages != 0 || q.Counters.Purged != 5 {
+		t.Fatalf("after the purge: %d messages, purged counter %d", q.Messages, q.Counters.Purged)
+	}
+	f.do("POST", "/api/queues/nope/purge", nil).wantError(t, http.StatusNotFound, "not_found")
+
+	c := newFixture(t, Options{ClusterOps: &fakeOps{}})
+	e := c.do("POST", "/api/queues/orders/purge", nil).wantError(t, http.StatusConflict, "served_elsewhere")
+	if !strings.Contains(e.Error, "n2") {
+		t.Fatalf("served_elsewhere %q does not name the node serving the queue", e.Error)
+	}
 }

@@ -47,7 +47,7 @@ func runCLI(args ...string) cliResult {
 }
 
 func TestAdminCommands(t *testing.T) {
-	_, url := newAdmin(t, "s3cret")
+	b, url := newAdmin(t, "s3cret")
 	t.Setenv(envAdmin, url)
 	t.Setenv(envToken, "s3cret")
 
@@ -81,6 +81,15 @@ func TestAdminCommands(t *testing.T) {
 	runCLI("settings", "set", "nope=1").want(t, 3, "", "no setting \"nope\"")
 	runCLI("settings", "set", "novalue").want(t, 2, "", "KEY=VALUE")
 
+	for i := range 3 {
+		if _, err := b.Publish(context.Background(), "clicks", appliance.Message{Body: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runCLI("queue", "purge", "clicks").want(t, 1, "", "holds 3 ready messages; pass --force")
+	runCLI("queue", "purge", "clicks", "--force").want(t, 0, "purged clicks: 3 messages discarded", "")
+	runCLI("queue", "purge", "clicks", "--json").want(t, 0, `{"purged":0,"queue":"clicks"}`, "")
+	runCLI("queue", "purge", "nosuch", "-f").want(t, 3, "", "not found")
 	runCLI("queue", "rm", "clicks", "--force").want(t, 0, "deleted clicks", "")
 	runCLI("queue", "rm", "clicks").want(t, 3, "", "not found")
 	runCLI("queue", "ls", "--token", "wrong").want(t, 1, "", "FIBRIL_TOKEN")

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -54,6 +55,17 @@ only once you answer y to the question (on a terminal), or with --force;
 without a terminal and without --force it is left as it is (exit status
 1). An empty queue is deleted without asking. Exit status 3 if there is
 no such queue.
+`
+
+const queuePurgeHelp = `Usage: fibril queue purge NAME [--force] [flags]
+
+Discards every ready message of a queue through the admin HTTP API
+(POST /api/queues/NAME/purge) and prints how many. Messages delivered and
+not settled yet stay with their consumers; nothing goes to the dead-letter
+queue. A queue holding ready messages is purged only once you answer y to
+the question (on a terminal), or with --force; without a terminal and
+without --force it is left as it is (exit status 1). Exit status 3 if
+there is no such queue. On a cluster, ask the node serving the queue.
 `
 
 // queueAPIPath is the admin API path of one queue.
@@ -267,13 +279,57 @@ func runQueueRm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return err
 }
 
+// runQueuePurge is "fibril queue purge".
+func runQueuePurge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := pflag.NewFlagSet("fibril queue purge", pflag.ContinueOnError)
+	force := fs.BoolP("force", "f", false, "purge without asking")
+	var conn connFlags
+	api, done, err := adminArgs(fs, &conn, queuePurgeHelp, args, stdout, 1, 1, "NAME")
+	if done || err != nil {
+		return err
+	}
+	name := fs.Arg(0)
+	if !*force {
+		var q struct {
+			Ready int64 `json:"ready"`
+		}
+		if err := api.do(ctx, "GET", queueAPIPath(name), nil, &q); err != nil {
+			return fmt.Errorf("purge %s: %w", name, err)
+		}
+		if q.Ready > 0 {
+			if err := confirmOn(name, fmt.Sprintf("Discard the %d ready messages of queue %s?", q.Ready, name),
+				fmt.Sprintf("queue %s holds %d ready messages; pass --force to discard them", name, q.Ready), stderr); err != nil {
+				return err
+			}
+		}
+	}
+	var rep struct {
+		Purged int64 `json:"purged"`
+	}
+	if err := api.do(ctx, "POST", queueAPIPath(name)+"/purge", nil, &rep); err != nil {
+		return fmt.Errorf("purge %s: %w", name, err)
+	}
+	if conn.json {
+		return writeJSON(stdout, map[string]any{"queue": name, "purged": rep.Purged})
+	}
+	_, err = fmt.Fprintf(stdout, "purged %s: %d messages discarded\n", name, rep.Purged)
+	return err
+}
+
 // confirmDelete asks on the terminal whether to delete a queue holding
 // messages; without a terminal it refuses, pointing at --force.
 func confirmDelete(name string, messages int64, stderr io.Writer) error {
+	return confirmOn(name, fmt.Sprintf("Delete queue %s and its %d messages?", name, messages),
+		fmt.Sprintf("queue %s holds %d messages; pass --force to delete it with them", name, messages), stderr)
+}
+
+// confirmOn asks question on the terminal; without a terminal it refuses
+// with refusal.
+func confirmOn(name, question, refusal string, stderr io.Writer) error {
 	if !isTerminal(os.Stdin) {
-		return fmt.Errorf("queue %s holds %d messages; pass --force to delete it with them", name, messages)
+		return errors.New(refusal)
 	}
-	fmt.Fprintf(stderr, "Delete queue %s and its %d messages? [y/N] ", name, messages)
+	fmt.Fprintf(stderr, "%s [y/N] ", question)
 	answer, _ := bufio.NewReader(os.Stdin).ReadString('\n')
 	if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
 		return fmt.Errorf("queue %s left as it is", name)
