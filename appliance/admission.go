@@ -202,7 +202,7 @@ func (q *queue) admitWithin(p *partition, n int64) (drops []roomDrop, wait <-cha
 // goes as it applies.
 func (q *queue) discardForRoom(d roomDrop) {
 	room := &heldRoom{reservation: reservation{drops: 1, dropBytes: d.size}}
-	d.p.submitHolding(settleEntries(recDiscard, []uint64{d.off}), room, func(res wal.AppendResult, err error) {
+	d.p.submitHolding(settleEntries(recDiscard, []uint64{d.off}), room, nil, func(res wal.AppendResult, err error) {
 		q.released(0, 1)
 		d.p.logSettleError(res, err)
 	})

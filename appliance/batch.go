@@ -44,12 +44,14 @@ type pubReq struct {
 	typ  byte // recPublish or recPublishKeyed
 	rec  []byte
 	room reservation // what it holds in the queue's limits until applied
-	done func(wal.AppendResult, error)
+	// done runs once the publish is applied or failed, with the boundary
+	// its append completed at: the promise its confirm carries.
+	done func(wal.AppendResult, wal.Boundary, error)
 }
 
 // publish adds one encoded publish record, of type typ, holding room in
 // the queue's limits, to the partition's batch.
-func (p *partition) publish(typ byte, rec []byte, room reservation, done func(wal.AppendResult, error)) {
+func (p *partition) publish(typ byte, rec []byte, room reservation, done func(wal.AppendResult, wal.Boundary, error)) {
 	gap := p.q.b.publishGap(p.q.cfg().Durability)
 	p.batch.mu.Lock()
 	for !p.batch.closed && p.pendingFullLocked() {
@@ -58,7 +60,7 @@ func (p *partition) publish(typ byte, rec []byte, room reservation, done func(wa
 	if p.batch.closed {
 		p.batch.mu.Unlock()
 		p.unhold(&heldRoom{reservation: room})
-		done(wal.AppendResult{}, ErrClosed)
+		done(wal.AppendResult{}, p.boundary(), ErrClosed)
 		return
 	}
 	p.batch.pending = append(p.batch.pending, pubReq{typ: typ, rec: rec, room: room, done: done})
@@ -189,9 +191,10 @@ func (p *partition) flushFrom(waited bool) {
 		if room != (reservation{}) {
 			held = &heldRoom{reservation: room}
 		}
-		p.submitHolding(entries, held, func(res wal.AppendResult, err error) {
+		at := new(wal.Boundary)
+		p.submitHolding(entries, held, at, func(res wal.AppendResult, err error) {
 			for i, r := range batch {
-				r.done(wal.AppendResult{First: res.First + uint64(i), Next: res.First + uint64(i) + 1}, err)
+				r.done(wal.AppendResult{First: res.First + uint64(i), Next: res.First + uint64(i) + 1}, *at, err)
 			}
 		})
 	}
@@ -211,6 +214,6 @@ func (p *partition) closeBatches() {
 	p.batch.mu.Unlock()
 	for _, r := range pending {
 		p.unhold(&heldRoom{reservation: r.room})
-		r.done(wal.AppendResult{}, ErrClosed)
+		r.done(wal.AppendResult{}, p.boundary(), ErrClosed)
 	}
 }

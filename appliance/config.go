@@ -35,6 +35,14 @@ func appendBoundary(d Durability) wal.Boundary {
 	return wal.AfterFsync
 }
 
+// durabilityOf is the mode whose appends complete at boundary b.
+func durabilityOf(b wal.Boundary) Durability {
+	if b == wal.AfterFlush {
+		return Buffered
+	}
+	return Durable
+}
+
 // ParseDurability reads "durable", "buffered" or "" (unspecified).
 func ParseDurability(s string) (Durability, error) {
 	switch s {

@@ -19,6 +19,9 @@ type QueueInfo struct {
 	Dedupe      DedupeInfo // the dedupe table, all partitions together; zero without a dedupe window
 	Partitions  []PartitionInfo
 	Unavailable string // why the queue is not serving, if it is not
+	// ModeChange is the queue's mode change in progress and the last one
+	// that failed (mode.go); Config.Durability is the mode in effect.
+	ModeChange ModeChange
 }
 
 // QueueCounters count since the broker started.
@@ -53,10 +56,11 @@ type Quarantined struct {
 // PartitionInfo reports one partition's log.
 type PartitionInfo struct {
 	Index           int
-	WrittenNext     uint64 // offset after the last record handed to the OS
-	DurableNext     uint64 // offset after the last synced record
-	Head            uint64 // lowest offset retained
-	UnsyncedRecords uint64 // written, not yet synced
+	Mode            Durability // the mode its appends complete under now (its applied mode)
+	WrittenNext     uint64     // offset after the last record handed to the OS
+	DurableNext     uint64     // offset after the last synced record
+	Head            uint64     // lowest offset retained
+	UnsyncedRecords uint64     // written, not yet synced
 	UnsyncedBytes   int64
 	OldestUnsynced  time.Duration // age of the oldest unsynced record; 0 when none
 	LastSync        time.Time     // last successful sync
@@ -114,10 +118,11 @@ func (q *queue) info(now time.Time) QueueInfo {
 		Purged: c.purged.Load(),
 	}
 	in.Dedupe = q.dedupe.info()
+	in.ModeChange = q.mode.snapshot()
 	for _, p := range q.parts {
 		st := p.log.Status()
 		pi := PartitionInfo{
-			Index: p.idx, WrittenNext: st.WrittenNext, DurableNext: st.DurableNext, Head: st.Head,
+			Index: p.idx, Mode: durabilityOf(p.boundary()), WrittenNext: st.WrittenNext, DurableNext: st.DurableNext, Head: st.Head,
 			UnsyncedRecords: st.DurableLagRecords, UnsyncedBytes: st.DurableLagBytes,
 			LastSync: st.LastSync, SyncPending: st.SyncPending, Latched: st.Latched, Segments: st.Segments,
 			LostRecords: p.log.LostRecords(),

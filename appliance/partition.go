@@ -29,7 +29,6 @@ type partition struct {
 	q    *queue
 	idx  int
 	log  *wal.Log
-	dur  wal.Boundary
 	gate ReplicaGate // nil: solo
 	held *heldDedupe // the ids of the records replayHeld applies (its own once started)
 
@@ -38,6 +37,10 @@ type partition struct {
 	// closing it. The applier goroutine owns the receiving side.
 	submitMu sync.Mutex
 	applyCh  chan pendingAppend
+	// dur is the boundary appends complete at (a wal.Boundary): the
+	// queue's mode. Changed only with submitMu held (mode.go), so every
+	// append takes the boundary in effect when it was handed over.
+	dur atomic.Uint32
 
 	// mu guards the partition's state: what is applied, leased and
 	// remembered. The applier changes it by applying records, the
@@ -88,13 +91,13 @@ type dedupeRecord struct {
 func openPartition(q *queue, idx int, log *wal.Log, rp *replayer, gate ReplicaGate) *partition {
 	p := &partition{
 		q: q, idx: idx, log: log, gate: gate,
-		dur:         appendBoundary(q.cfg().Durability),
 		applyCh:     make(chan pendingAppend, 1024),
 		core:        newDispatchCore[*Subscription](rp.st),
 		quarantined: rp.quarantined,
 		kick:        make(chan struct{}, 1),
 		closing:     make(chan struct{}),
 	}
+	p.dur.Store(uint32(appendBoundary(q.cfg().Durability)))
 	p.batch.room = sync.NewCond(&p.batch.mu)
 	p.mirrorLocked() // not shared yet
 	heldTo := rp.st.appliedNext
@@ -118,7 +121,7 @@ func openPartition(q *queue, idx int, log *wal.Log, rp *replayer, gate ReplicaGa
 func (p *partition) read(offset uint64) (wal.Record, error) {
 	var recs []wal.Record
 	var err error
-	if p.dur == wal.AfterFlush {
+	if p.boundary() == wal.AfterFlush {
 		recs, err = p.log.ReadWritten(offset, 1)
 	} else {
 		recs, err = p.log.ReadDurable(offset, 1)
@@ -132,16 +135,20 @@ func (p *partition) read(offset uint64) (wal.Record, error) {
 	return recs[0], nil
 }
 
+// boundary is the boundary appends complete at now: the queue's mode.
+func (p *partition) boundary() wal.Boundary { return wal.Boundary(p.dur.Load()) }
+
 // submit appends entries at the partition's durability; done runs after
 // they are applied (or failed).
 func (p *partition) submit(entries []wal.Entry, done func(wal.AppendResult, error)) {
-	p.submitHolding(entries, nil, done)
+	p.submitHolding(entries, nil, nil, done)
 }
 
 // submitHolding is submit for records that hold room in the queue's
 // limits: the apply takes the room over, and a failed append gives it
-// back before done runs.
-func (p *partition) submitHolding(entries []wal.Entry, room *heldRoom, done func(wal.AppendResult, error)) {
+// back before done runs. at, when set, receives the boundary the append
+// completes at before done can run (a publish's confirm names it).
+func (p *partition) submitHolding(entries []wal.Entry, room *heldRoom, at *wal.Boundary, done func(wal.AppendResult, error)) {
 	fail := func(err error) {
 		p.unhold(room)
 		if done != nil {
@@ -150,6 +157,10 @@ func (p *partition) submitHolding(entries []wal.Entry, room *heldRoom, done func
 	}
 	p.submitMu.Lock()
 	defer p.submitMu.Unlock()
+	dur := p.boundary()
+	if at != nil {
+		*at = dur
+	}
 	select {
 	case <-p.closing:
 		fail(ErrClosed)
@@ -162,7 +173,7 @@ func (p *partition) submitHolding(entries []wal.Entry, room *heldRoom, done func
 			return
 		}
 	}
-	c := p.log.AppendAsync(entries, p.dur)
+	c := p.log.AppendAsync(entries, dur)
 	select {
 	case p.applyCh <- pendingAppend{c: c, entries: entries, room: room, done: done}:
 	case <-p.closing:
@@ -183,7 +194,7 @@ func (p *partition) appendMarker() (uint64, error) {
 		return 0, err
 	}
 	entries := []wal.Entry{{Type: recMarker}}
-	c := p.log.AppendAsync(entries, p.dur)
+	c := p.log.AppendAsync(entries, p.boundary())
 	select {
 	case p.applyCh <- pendingAppend{c: c, entries: entries}:
 	case <-p.closing:

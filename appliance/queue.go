@@ -40,6 +40,8 @@ type queue struct {
 
 	dedupe *dedupeTable // message ids inside the dedupe window
 
+	mode modeState // mode changes (mode.go)
+
 	admit admission
 
 	counters queueCounters
@@ -110,7 +112,7 @@ func (q *queue) publish(m Message, now time.Time, done func(Confirm, error)) {
 		room = reservation{pubs: 1, pubBytes: size}
 	}
 	rec := publishRecord{At: now, MessageID: m.ID, Key: m.Key, Headers: m.Headers, Body: m.Body}
-	p.publish(rec.recordType(), encodePublish(rec), room, func(res wal.AppendResult, err error) {
+	p.publish(rec.recordType(), encodePublish(rec), room, func(res wal.AppendResult, at wal.Boundary, err error) {
 		if reserved {
 			q.admitted() // applied (or failed): the state counts it now
 		}
@@ -119,7 +121,9 @@ func (q *queue) publish(m Message, now time.Time, done func(Confirm, error)) {
 			return
 		}
 		q.counters.published.Add(1)
-		done(Confirm{Queue: q.cfg().Name, Partition: p.idx, Offset: res.First, Durability: q.cfg().Durability}, nil)
+		// The mode the append completed under, which a mode change
+		// (mode.go) may have changed since the publish arrived.
+		done(Confirm{Queue: q.cfg().Name, Partition: p.idx, Offset: res.First, Durability: durabilityOf(at)}, nil)
 	})
 }
 

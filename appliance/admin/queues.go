@@ -28,7 +28,34 @@ type queueView struct {
 	Dedupe      int64           `json:"dedupe_window_ms"`
 	DedupeTable dedupeView      `json:"dedupe"`
 	Limits      limitsView      `json:"limits"`
+	ModeChange  modeChangeView  `json:"mode_change"`
 	Partitions  []partitionView `json:"partitions"`
+}
+
+// modeChangeView is the queue's mode change in progress and the last one
+// that failed; "durability" is the mode in effect (the one desired once no
+// change is pending), each partition's "mode" the one it applies.
+type modeChangeView struct {
+	Pending   bool       `json:"pending"`
+	To        string     `json:"to,omitempty"`    // while pending
+	Since     *time.Time `json:"since,omitempty"` // while pending
+	LastError string     `json:"last_error,omitempty"`
+	FailedAt  *time.Time `json:"failed_at,omitempty"`
+	Changed   *time.Time `json:"changed,omitempty"` // last change in effect, since fibrild started
+}
+
+func viewModeChange(m appliance.ModeChange) modeChangeView {
+	at := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		return &t
+	}
+	v := modeChangeView{Pending: m.Pending, LastError: m.LastError, FailedAt: at(m.FailedAt), Changed: at(m.Changed)}
+	if m.Pending {
+		v.To, v.Since = m.To.String(), at(m.Since)
+	}
+	return v
 }
 
 type limitsView struct {
@@ -67,6 +94,7 @@ type countersView struct {
 
 type partitionView struct {
 	Index            int               `json:"index"`
+	Mode             string            `json:"mode"`         // the mode its appends complete under: durable or buffered
 	WrittenNext      uint64            `json:"written_next"` // offset after the last record handed to the OS
 	DurableNext      uint64            `json:"durable_next"` // offset after the last synced record
 	UnsyncedRecords  uint64            `json:"unsynced_records"`
@@ -107,13 +135,14 @@ func viewQueue(in appliance.QueueInfo) queueView {
 		DeadLetter: c.DeadLetter, MaxDeliv: c.MaxDeliveries,
 		AckDeadline: c.AckDeadline.Milliseconds(), Dedupe: c.DedupeWindow.Milliseconds(),
 		Limits:     limitsView{MaxBytes: c.MaxBytes, MaxMessages: c.MaxMessages, Overflow: c.Overflow.String()},
+		ModeChange: viewModeChange(in.ModeChange),
 		Partitions: make([]partitionView, 0, len(in.Partitions)),
 	}
 	v.DedupeTable = dedupeView{Entries: in.Dedupe.Entries, Bytes: in.Dedupe.Bytes, Evicted: in.Dedupe.Evicted}
 	v.DedupeTable.MaxEntries, v.DedupeTable.MaxBytes = c.DedupeBounds()
 	for _, p := range in.Partitions {
 		pv := partitionView{
-			Index: p.Index, WrittenNext: p.WrittenNext, DurableNext: p.DurableNext,
+			Index: p.Index, Mode: p.Mode.String(), WrittenNext: p.WrittenNext, DurableNext: p.DurableNext,
 			UnsyncedRecords: p.UnsyncedRecords, UnsyncedBytes: p.UnsyncedBytes,
 			OldestUnsyncedMs: p.OldestUnsynced.Milliseconds(), SyncPending: p.SyncPending,
 			Latched: p.Latched, LastError: p.LastError, Head: p.Head, Segments: p.Segments,
@@ -262,6 +291,37 @@ func (s *Server) deleteQueue(r *http.Request) (int, any, error) {
 		return 0, nil, err
 	}
 	return 0, map[string]string{"deleted": name}, nil
+}
+
+type modeRequest struct {
+	Durability string `json:"durability"`
+}
+
+// setMode answers POST /api/queues/{name}/mode {"durability": ...}: the
+// queue's mode changes, fenced (appliance.Broker.SetMode), and the answer
+// is the queue once the change is in effect; 409 while another change of
+// the queue is pending.
+func (s *Server) setMode(r *http.Request) (int, any, error) {
+	name, err := queueName(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	var req modeRequest
+	if err := decode(r, maxRequest, &req); err != nil {
+		return 0, nil, err
+	}
+	d, err := appliance.ParseDurability(req.Durability)
+	if err != nil || req.Durability == "" {
+		return 0, nil, invalid("durability %q: want durable or buffered", req.Durability)
+	}
+	if _, _, err := s.b.SetMode(r.Context(), name, d); err != nil {
+		return 0, nil, err
+	}
+	in, err := s.b.QueueInfo(name)
+	if err != nil {
+		return 0, nil, err
+	}
+	return 0, viewQueue(in), nil
 }
 
 // purgeQueue answers POST /api/queues/{name}/purge: the queue's ready

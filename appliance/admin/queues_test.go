@@ -168,3 +168,31 @@ func TestPurgeQueue(t *testing.T) {
 		t.Fatalf("served_elsewhere %q does not name the node serving the queue", e.Error)
 	}
 }
+
+// POST /api/queues/{name}/mode changes the queue's mode and answers the
+// queue in its new mode, each partition applying it; a declare naming the
+// old mode then conflicts, as declares never change a mode.
+func TestSetMode(t *testing.T) {
+	f := newFixture(t, Options{})
+	f.declare(map[string]any{"name": "clicks", "durability": "buffered", "partitions": 2})
+	f.do("POST", "/api/queues/clicks/messages", map[string]any{"body": "x"}).want(t, http.StatusOK, nil)
+	var q queueView
+	f.do("POST", "/api/queues/clicks/mode", map[string]any{"durability": "durable"}).want(t, http.StatusOK, &q)
+	if q.Durability != "durable" || q.Warning != "" || q.ModeChange.Pending || q.ModeChange.Changed == nil {
+		t.Fatalf("after the change: %s, warning %q, %+v", q.Durability, q.Warning, q.ModeChange)
+	}
+	for _, p := range q.Partitions {
+		if p.Mode != "durable" {
+			t.Fatalf("partition %d applies %s", p.Index, p.Mode)
+		}
+	}
+	var c confirmView
+	f.do("POST", "/api/queues/clicks/messages", map[string]any{"body": "y"}).want(t, http.StatusOK, &c)
+	if c.Durability != "durable" {
+		t.Fatalf("a publish after the change confirmed %s", c.Durability)
+	}
+	f.do("POST", "/api/queues", map[string]any{"name": "clicks", "durability": "buffered"}).wantError(t, http.StatusConflict, "mode_conflict")
+	f.do("POST", "/api/queues/clicks/mode", map[string]any{"durability": "sometimes"}).wantError(t, http.StatusBadRequest, "invalid")
+	f.do("POST", "/api/queues/clicks/mode", map[string]any{}).wantError(t, http.StatusBadRequest, "invalid")
+	f.do("POST", "/api/queues/nope/mode", map[string]any{"durability": "durable"}).wantError(t, http.StatusNotFound, "not_found")
+}

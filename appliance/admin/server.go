@@ -121,6 +121,7 @@ func (s *Server) routes() http.Handler {
 	api("GET /api/queues/{name}", s.getQueue)
 	api("DELETE /api/queues/{name}", s.deleteQueue)
 	api("POST /api/queues/{name}/purge", s.purgeQueue)
+	api("POST /api/queues/{name}/mode", s.setMode)
 	api("POST /api/queues/{name}/messages", s.publishes.wrap(s.publish))
 	api("POST /api/queues/{name}/get", s.get)
 	api("GET /api/settings", s.getSettings)

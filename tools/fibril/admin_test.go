@@ -90,6 +90,14 @@ func TestAdminCommands(t *testing.T) {
 	runCLI("queue", "purge", "clicks", "--force").want(t, 0, "purged clicks: 3 messages discarded", "")
 	runCLI("queue", "purge", "clicks", "--json").want(t, 0, `{"purged":0,"queue":"clicks"}`, "")
 	runCLI("queue", "purge", "nosuch", "-f").want(t, 3, "", "not found")
+	runCLI("queue", "mode", "clicks", "durable").want(t, 0, "clicks is durable", "")
+	if c, err := b.Publish(context.Background(), "clicks", appliance.Message{Body: []byte("d")}); err != nil || c.Durability != appliance.Durable {
+		t.Fatalf("a publish after queue mode durable: %+v, %v", c, err)
+	}
+	runCLI("queue", "mode", "clicks", "buffered", "--json").want(t, 0, `"durability":"buffered"`, "")
+	runCLI("queue", "mode", "clicks", "sometimes").want(t, 2, "", "want durable or buffered")
+	runCLI("queue", "mode", "clicks").want(t, 2, "", "")
+	runCLI("queue", "mode", "nosuch", "durable").want(t, 3, "", "not found")
 	runCLI("queue", "rm", "clicks", "--force").want(t, 0, "deleted clicks", "")
 	runCLI("queue", "rm", "clicks").want(t, 3, "", "not found")
 	runCLI("queue", "ls", "--token", "wrong").want(t, 1, "", "FIBRIL_TOKEN")

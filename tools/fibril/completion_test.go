@@ -8,7 +8,7 @@ import (
 
 func TestCompletion(t *testing.T) {
 	r := runCLI("completion", "bash")
-	r.want(t, 0, `"queue") words="ls info declare rm purge"`, "")
+	r.want(t, 0, `"queue") words="ls info declare rm purge mode"`, "")
 	if !strings.Contains(r.stdout, "complete -o default -F _fibril fibril") {
 		t.Fatalf("bash completion: %s", r.stdout)
 	}

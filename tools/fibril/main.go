@@ -35,6 +35,7 @@ var commands = []command{
 	{path: []string{"queue", "declare"}, summary: "create a queue (admin API)", run: runQueueDeclare},
 	{path: []string{"queue", "rm"}, summary: "delete a queue and its messages (admin API)", run: runQueueRm},
 	{path: []string{"queue", "purge"}, summary: "discard a queue's ready messages (admin API)", run: runQueuePurge},
+	{path: []string{"queue", "mode"}, summary: "change a queue's durability mode, fenced (admin API)", run: runQueueMode},
 	{path: []string{"settings", "get"}, summary: "show runtime settings (admin API)", run: runSettingsGet},
 	{path: []string{"settings", "set"}, summary: "change runtime settings (admin API)", run: runSettingsSet},
 	{path: []string{"cluster", "status"}, summary: "show members, leader and placement (admin API)", run: runClusterStatus},

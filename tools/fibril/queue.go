@@ -57,6 +57,19 @@ without a terminal and without --force it is left as it is (exit status
 no such queue.
 `
 
+const queueModeHelp = `Usage: fibril queue mode NAME durable|buffered [flags]
+
+Changes a live queue's durability mode through the admin HTTP API
+(POST /api/queues/NAME/mode), fenced: a change to buffered is recorded
+before any publish is admitted under the weaker rule; a change to durable
+closes admission, syncs every partition's log past what it had written,
+records the new mode and resumes. Every confirm names the mode it was
+given under, so confirms returned before the change keep their meaning.
+Prints the mode in effect. Exit status 3 if there is no such queue, 4 if
+another change of the queue is pending; a failed sync leaves the queue in
+its mode (exit status 1).
+`
+
 const queuePurgeHelp = `Usage: fibril queue purge NAME [--force] [flags]
 
 Discards every ready message of a queue through the admin HTTP API
@@ -277,6 +290,39 @@ func runQueueRm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	_, err = fmt.Fprintf(stdout, "deleted %s\n", name)
 	return err
+}
+
+// runQueueMode is "fibril queue mode".
+func runQueueMode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := pflag.NewFlagSet("fibril queue mode", pflag.ContinueOnError)
+	var conn connFlags
+	api, done, err := adminArgs(fs, &conn, queueModeHelp, args, stdout, 2, 2, "NAME durable|buffered")
+	if done || err != nil {
+		return err
+	}
+	name, mode := fs.Arg(0), fs.Arg(1)
+	if mode != "durable" && mode != "buffered" {
+		return usagef("mode %q: want durable or buffered", mode)
+	}
+	var raw json.RawMessage
+	if err := api.do(ctx, "POST", queueAPIPath(name)+"/mode", map[string]string{"durability": mode}, &raw); err != nil {
+		return fmt.Errorf("change the mode of %s: %w", name, err)
+	}
+	if conn.json {
+		return writeRawJSON(stdout, raw)
+	}
+	var q struct {
+		Durability string `json:"durability"`
+		Warning    string `json:"warning"`
+	}
+	if err := json.Unmarshal(raw, &q); err != nil {
+		return fmt.Errorf("decode answer: %w", err)
+	}
+	fmt.Fprintf(stdout, "%s is %s\n", name, q.Durability)
+	if q.Warning != "" {
+		fmt.Fprintf(stderr, "warning: %s\n", q.Warning)
+	}
+	return nil
 }
 
 // runQueuePurge is "fibril queue purge".
