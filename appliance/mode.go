@@ -73,13 +73,13 @@ func (b *Broker) SetMode(ctx context.Context, name string, d Durability) (QueueC
 	if d != Durable && d != Buffered {
 		return QueueConfig{}, false, fmt.Errorf("%w: mode must be durable or buffered", ErrInvalid)
 	}
+	if !b.solo() || b.opts.Replication != nil {
+		return QueueConfig{}, false, fmt.Errorf("%w: changing the mode of a queue on a cluster node is not built yet; queue %s keeps its mode",
+			ErrInvalid, name)
+	}
 	q, err := b.queue(name)
 	if err != nil {
 		return QueueConfig{}, false, err
-	}
-	if !b.solo() || q.parts[0].gate != nil {
-		return *q.cfg(), false, fmt.Errorf("%w: changing the mode of a cluster queue is not built yet; queue %s stays %s",
-			ErrInvalid, name, q.cfg().Durability)
 	}
 	if !q.mode.change.TryLock() {
 		return *q.cfg(), false, fmt.Errorf("%w: queue %s", ErrModeChangePending, name)

@@ -294,7 +294,7 @@ func (c *Cluster) confirmForwarded(queue string, fw *queueForwarder) {
 			if err != nil {
 				err = fmt.Errorf("forwarded to node %s: %w", s.id, brokerError(err))
 			}
-			cf = appliance.Confirm{Partition: ccf.Partition, Offset: ccf.Offset, Duplicate: ccf.Duplicate}
+			cf = appliance.Confirm{Partition: ccf.Partition, Offset: ccf.Offset, Duplicate: ccf.Duplicate, Durability: ccf.Durability}
 		}
 		s.req.cancel()
 		s.req.done(cf, err)

@@ -380,3 +380,43 @@ func TestCloseIsNotALostConnection(t *testing.T) {
 		}
 	}
 }
+
+// SetMode against a real broker and server: each confirm names the mode
+// it was given under, before and after the change; a second change to the
+// same mode changes nothing; an unknown queue is ErrNotFound.
+func TestSetModeAgainstBroker(t *testing.T) {
+	_, addr := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, addr, client.Options{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.DeclareQueue(ctx, client.Queue("m").Buffered()); err != nil {
+		t.Fatal(err)
+	}
+	cf, err := c.Publish(ctx, "m", client.Message{Body: []byte("before")})
+	if err != nil || cf.Durability != client.Buffered {
+		t.Fatalf("publish before the change: %+v, %v", cf, err)
+	}
+	for range 2 {
+		res, err := c.SetMode(ctx, "m", client.Durable)
+		if err != nil || res.Durability != client.Durable || res.Warning != "" {
+			t.Fatalf("SetMode durable: %+v, %v", res, err)
+		}
+	}
+	cf, err = c.Publish(ctx, "m", client.Message{Body: []byte("after")})
+	if err != nil || cf.Durability != client.Durable {
+		t.Fatalf("publish after the change: %+v, %v", cf, err)
+	}
+	if _, err := c.DeclareQueue(ctx, client.Queue("m").Buffered()); !errors.Is(err, client.ErrConflict) {
+		t.Fatalf("a declare naming the old mode: %v", err)
+	}
+	if _, err := c.SetMode(ctx, "nope", client.Buffered); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("SetMode of an unknown queue: %v", err)
+	}
+	if _, err := c.SetMode(ctx, "m", 0); !errors.Is(err, client.ErrInvalid) {
+		t.Fatalf("SetMode to no mode: %v", err)
+	}
+}

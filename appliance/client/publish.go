@@ -36,6 +36,11 @@ type Confirm struct {
 	// Duplicate: the ID was already stored within the dedupe window;
 	// Partition and Offset are the original's and nothing new was stored.
 	Duplicate bool
+	// Durability is the promise this confirm carries: Durable, synced by
+	// every required copy; Buffered, written. A queue's mode can change
+	// (Client.SetMode), so it is this publish's, not the queue's. Zero
+	// (unspecified) from a broker older than protocol version 4.
+	Durability Durability
 }
 
 // Future is the answer to a PublishAsync, available once Done is closed.
@@ -210,7 +215,7 @@ func (c *Client) publishVia(ctx context.Context, wait bool, pin *conn, queue str
 			f.complete(Confirm{}, fmt.Errorf("client: publish to %s: unexpected answer %s", queue, fr.Type()))
 			return
 		}
-		f.complete(Confirm{Partition: int(cf.Partition), Offset: cf.Offset, Duplicate: cf.Duplicate}, nil)
+		f.complete(Confirm{Partition: int(cf.Partition), Offset: cf.Offset, Duplicate: cf.Duplicate, Durability: cf.Durability}, nil)
 	})
 	if err != nil {
 		<-c.inflight

@@ -262,3 +262,35 @@ func (c *Client) DeclareQueue(ctx context.Context, q QueueConfig) (DeclareResult
 		Warning:    r.Warning,
 	}, nil
 }
+
+// SetMode changes a live queue's durability mode, fenced: a change to
+// Buffered is recorded before any publish is confirmed under the weaker
+// rule; a change to Durable syncs every partition's log past what it had
+// written before publishes resume under the stronger one. It returns the
+// declaration in effect once the change took effect. Each Confirm names
+// the mode it was given under, so confirms returned before keep their
+// meaning. Errors: ErrConflict while another change of the queue is
+// pending, ErrNotFound, ErrInvalid on a cluster node (not built there yet)
+// or a broker older than protocol version 4, ErrUnavailable when the sync
+// failed (the queue kept its mode).
+func (c *Client) SetMode(ctx context.Context, queue string, d Durability) (DeclareResult, error) {
+	if d != Durable && d != Buffered {
+		return DeclareResult{}, fmt.Errorf("client: set the mode of %s: %w: mode %v, want Durable or Buffered", queue, ErrInvalid, d)
+	}
+	m := &wire.SetMode{Queue: queue, Durability: d}
+	f, err := c.roundTripChecked(ctx, m, &m.Corr, func(cn *conn) error {
+		if cn.version < 4 {
+			return fmt.Errorf("%w: the broker speaks protocol version %d, which cannot change a queue's mode (version 4 can)",
+				ErrInvalid, cn.version)
+		}
+		return nil
+	})
+	if err != nil {
+		return DeclareResult{}, fmt.Errorf("client: set the mode of %s: %w", queue, err)
+	}
+	r, ok := f.(*wire.Declared)
+	if !ok {
+		return DeclareResult{}, fmt.Errorf("client: set the mode of %s: unexpected answer %s", queue, f.Type())
+	}
+	return DeclareResult{Queue: r.Queue, Durability: r.Durability, Partitions: int(r.Partitions), Warning: r.Warning}, nil
+}

@@ -25,6 +25,8 @@ func (c *conn) handle(f wire.Frame) bool {
 		return true
 	case *wire.Declare:
 		return c.request(f.Corr, func() wire.Frame { return c.declare(f) })
+	case *wire.SetMode:
+		return c.request(f.Corr, func() wire.Frame { return c.setMode(f) })
 	case *wire.Publish:
 		return c.publish(f)
 	case *wire.Subscribe:
@@ -104,6 +106,20 @@ func (c *conn) declare(f *wire.Declare) wire.Frame {
 	}
 }
 
+// setMode changes a queue's mode (appliance.Broker.SetMode) and answers
+// the declaration in effect.
+func (c *conn) setMode(f *wire.SetMode) wire.Frame {
+	cfg, _, err := c.s.b.SetMode(context.Background(), f.Queue, f.Durability)
+	if err != nil {
+		return c.errorFrame(f.Corr, err)
+	}
+	d := &wire.Declared{Corr: f.Corr, Queue: cfg.Name, Durability: cfg.Durability, Partitions: uint16(cfg.Partitions)}
+	if cfg.Durability == appliance.Buffered {
+		d.Warning = appliance.BufferedWarning
+	}
+	return d
+}
+
 // publish hands a message to the broker; its Confirm or Error is queued
 // from the broker's callback, so many publishes are in flight at once.
 func (c *conn) publish(f *wire.Publish) bool {
@@ -138,7 +154,8 @@ func (c *conn) publish(f *wire.Publish) bool {
 			c.push(c.errorFrame(corr, err))
 			return
 		}
-		c.push(&wire.Confirm{Corr: corr, Partition: uint16(cf.Partition), Offset: cf.Offset, Duplicate: cf.Duplicate})
+		c.push(&wire.Confirm{Corr: corr, Partition: uint16(cf.Partition), Offset: cf.Offset, Duplicate: cf.Duplicate,
+			Durability: cf.Durability})
 	})
 	return true
 }

@@ -33,7 +33,8 @@ var specs = [256]frameSpec{
 	TypeDeclare:      {"Declare", 8 + 2 + 1 + 2 + 2 + 4 + 4 + 8 + 8 + 1 + 4 + 8 + 8, false, decodeDeclare},
 	TypeDeclared:     {"Declared", 8 + 2 + 1 + 2 + 1 + 2, false, decodeDeclared},
 	TypePublish:      {"Publish", 8 + 2 + 2 + 2 + 2 + 4, false, decodePublish},
-	TypeConfirm:      {"Confirm", 8 + 2 + 8 + 1, true, decodeConfirm},
+	TypeConfirm:      {"Confirm", 8 + 2 + 8 + 1 + 1, true, decodeConfirm},
+	TypeSetMode:      {"SetMode", 8 + 2 + 1, false, decodeSetMode},
 	TypeSubscribe:    {"Subscribe", 8 + 4 + 2 + 4, false, decodeSubscribe},
 	TypeSubscribed:   {"Subscribed", 8 + 4 + 2, true, decodeSubscribed},
 	TypeUnsubscribe:  {"Unsubscribe", 8 + 4, true, decodeUnsubscribe},
@@ -53,6 +54,9 @@ const deliverV2Bytes = 8 + 2
 // table's bounds (two u64).
 const declareV3Bytes = 8 + 8
 
+// confirmV4Bytes is what version 4 added to Confirm: its Durability (u8).
+const confirmV4Bytes = 1
+
 // minBody is the body of the zero-valued frame of type t in version v.
 func minBody(t FrameType, v uint16) int {
 	switch {
@@ -60,22 +64,33 @@ func minBody(t FrameType, v uint16) int {
 		return specs[t].minBody - deliverV2Bytes
 	case t == TypeDeclare && v < 3:
 		return specs[t].minBody - declareV3Bytes
+	case t == TypeConfirm && v < 4:
+		return specs[t].minBody - confirmV4Bytes
 	}
 	return specs[t].minBody
+}
+
+// sinceVersion is the first version that has frame type t.
+func sinceVersion(t FrameType) uint16 {
+	if t == TypeSetMode {
+		return 4
+	}
+	return MinVersion
 }
 
 // checkBodyLen rejects a body length the frame type can never have in
 // version v, before the body is read.
 func checkBodyLen(t FrameType, n int, v uint16) error {
 	s := &specs[t]
-	if s.decode == nil {
+	if s.decode == nil || v < sinceVersion(t) {
 		return &FrameError{Type: t, Offset: -1, Reason: fmt.Sprintf("not a frame type of protocol version %d", v), Err: ErrUnknownFrame}
 	}
-	if m := minBody(t, v); n < m {
+	m := minBody(t, v)
+	if n < m {
 		return malformed(t, "", -1, fmt.Sprintf("body of %d bytes is below the minimum of %d", n, m))
 	}
-	if s.fixed && n != s.minBody {
-		return malformed(t, "", -1, fmt.Sprintf("body of %d bytes, want exactly %d", n, s.minBody))
+	if s.fixed && n != m {
+		return malformed(t, "", -1, fmt.Sprintf("body of %d bytes, want exactly %d", n, m))
 	}
 	return nil
 }

@@ -31,8 +31,10 @@
 //
 // Versions 1 and 2 differ in one frame: a version 2 Deliver adds
 // Incarnation after Offset and Key after MessageID. Version 3 adds
-// DedupeMaxEntries and DedupeMaxBytes at the end of Declare. A Reader and
-// a Writer use version 3's layout until SetVersion gives them the version
+// DedupeMaxEntries and DedupeMaxBytes at the end of Declare. Version 4
+// adds Durability at the end of Confirm, and the SetMode request (a frame
+// type older versions do not have). A Reader and a Writer use version 4's
+// layout until SetVersion gives them the version
 // HelloOK settled for the connection (Hello and HelloOK are the same in
 // all).
 //

@@ -4,18 +4,19 @@ import "fmt"
 
 // Version is the newest protocol version this package speaks, MinVersion
 // the oldest. Version 2 adds Incarnation and Key to Deliver, version 3
-// the dedupe table's bounds to Declare; every other frame is the same in
-// all three. A Reader and a Writer use Version until told the version a
-// connection settled on (SetVersion).
+// the dedupe table's bounds to Declare, version 4 the mode to Confirm and
+// the SetMode request; every other frame is the same in all four. A
+// Reader and a Writer use Version until told the version a connection
+// settled on (SetVersion).
 const (
-	Version    uint16 = 3
+	Version    uint16 = 4
 	MinVersion uint16 = 1
 )
 
 // FrameType is the byte after a frame's length.
 type FrameType uint8
 
-// Frame types of versions 1 to 3. 0x0_ is the session, 0x1_ declaring,
+// Frame types of versions 1 to 4. 0x0_ is the session, 0x1_ declaring,
 // 0x2_ publishing, 0x3_ consuming. Type 0 is never valid.
 const (
 	TypeHello        FrameType = 0x01 // client → server, first frame
@@ -25,6 +26,7 @@ const (
 	TypeGoodbye      FrameType = 0x05 // either way
 	TypeDeclare      FrameType = 0x10 // client → server
 	TypeDeclared     FrameType = 0x11 // server → client
+	TypeSetMode      FrameType = 0x12 // client → server, version 4
 	TypePublish      FrameType = 0x20 // client → server
 	TypeConfirm      FrameType = 0x21 // server → client
 	TypeSubscribe    FrameType = 0x30 // client → server

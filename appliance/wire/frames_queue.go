@@ -169,18 +169,33 @@ type Confirm struct {
 	Partition uint16
 	Offset    uint64
 	Duplicate bool // the message id was seen within the dedupe window; Partition and Offset are the original's
+	// Durability (version 4) is the mode the publish was confirmed under:
+	// durable, synced; buffered, written. A queue's mode can change
+	// (SetMode), so it is the promise of this confirm, not of the queue.
+	// Unspecified in a frame of an older version.
+	Durability Durability
 }
 
 func (*Confirm) Type() FrameType { return TypeConfirm }
 
-func (f *Confirm) AppendBody(b []byte) []byte {
+func (f *Confirm) AppendBody(b []byte) []byte { return f.appendBodyVersion(b, Version) }
+
+func (f *Confirm) appendBodyVersion(b []byte, v uint16) []byte {
 	b = appendU64(b, f.Corr)
 	b = appendU16(b, f.Partition)
 	b = appendU64(b, f.Offset)
-	return appendBool(b, f.Duplicate)
+	b = appendBool(b, f.Duplicate)
+	if v >= 4 {
+		b = appendU8(b, uint8(f.Durability))
+	}
+	return b
 }
 
-func (*Confirm) Validate() error { return nil }
+func (f *Confirm) Validate() error {
+	v := validator{typ: TypeConfirm}
+	v.check("Durability", f.Durability <= DurabilityBuffered, fmt.Sprintf("value %d (want 0 to 2)", f.Durability))
+	return v.result()
+}
 
 func decodeConfirm(d decoder) (Frame, error) {
 	f := &Confirm{
@@ -188,6 +203,46 @@ func decodeConfirm(d decoder) (Frame, error) {
 		Partition: d.u16("Partition"),
 		Offset:    d.u64("Offset"),
 		Duplicate: d.bool("Duplicate"),
+	}
+	if d.version >= 4 {
+		f.Durability = Durability(d.enum("Durability", uint8(DurabilityUnspecified), uint8(DurabilityBuffered)))
+	}
+	return f, d.finish()
+}
+
+// SetMode (version 4) changes a live queue's durability mode, fenced: the
+// answer is a Declared with the mode in effect once the change took
+// effect (Created false), or an Error: conflict while another change of
+// the queue is pending, not found, bad request (a cluster node, which
+// cannot change a mode yet), unavailable (the sync before a change to
+// durable failed; the queue kept its mode).
+type SetMode struct {
+	Corr       uint64
+	Queue      string
+	Durability Durability // durable or buffered
+}
+
+func (*SetMode) Type() FrameType { return TypeSetMode }
+
+func (f *SetMode) AppendBody(b []byte) []byte {
+	b = appendU64(b, f.Corr)
+	b = appendString(b, f.Queue)
+	return appendU8(b, uint8(f.Durability))
+}
+
+func (f *SetMode) Validate() error {
+	v := validator{typ: TypeSetMode}
+	v.text("Queue", f.Queue)
+	v.check("Durability", f.Durability == DurabilityDurable || f.Durability == DurabilityBuffered,
+		fmt.Sprintf("value %d (want 1 or 2)", f.Durability))
+	return v.result()
+}
+
+func decodeSetMode(d decoder) (Frame, error) {
+	f := &SetMode{
+		Corr:       d.u64("Corr"),
+		Queue:      d.text("Queue"),
+		Durability: Durability(d.enum("Durability", uint8(DurabilityDurable), uint8(DurabilityBuffered))),
 	}
 	return f, d.finish()
 }

@@ -311,3 +311,28 @@ func TestDeclareVersions(t *testing.T) {
 		checkLayout(t, d, tc.version, tc.other, tc.bytes, tc.want)
 	}
 }
+
+// TestConfirmVersions: version 4 adds the mode to Confirm. Set to version
+// 3, a Writer leaves it out, byte for byte the old layout, and a Reader
+// reads that layout; each layout is malformed in the other version. A
+// SetMode is no frame of version 3.
+func TestConfirmVersions(t *testing.T) {
+	c := &Confirm{Corr: 1, Partition: 2, Offset: 3, Durability: DurabilityDurable}
+	head := [][]byte{u64(1), u16(2), u64(3), u8(0)}
+	v3 := raw(TypeConfirm, head...)
+	v4 := raw(TypeConfirm, append(head, u8(uint8(DurabilityDurable)))...)
+	old := *c
+	old.Durability = DurabilityUnspecified
+	for _, tc := range []struct {
+		version, other uint16
+		bytes          []byte
+		want           *Confirm
+	}{{3, 4, v3, &old}, {4, 3, v4, c}} {
+		checkLayout(t, c, tc.version, tc.other, tc.bytes, tc.want)
+	}
+	r := NewReader(bytes.NewReader(raw(TypeSetMode, u64(1), str("q"), u8(1))), Options{})
+	r.SetVersion(3)
+	if _, err := r.ReadFrame(); !errors.Is(err, ErrUnknownFrame) {
+		t.Fatalf("a SetMode read as version 3: %v", err)
+	}
+}
