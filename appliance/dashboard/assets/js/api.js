@@ -93,6 +93,13 @@ export async function cluster() {
 
 export const putSettings = s => request('PUT', 'api/settings', s);
 
+// purge discards a queue's ready messages: {queue, purged}.
+export const purge = name => request('POST', 'api/queues/' + encodeURIComponent(name) + '/purge');
+
+// setMode changes a queue's mode, fenced; the answer is the queue.
+export const setMode = (name, durability) =>
+  request('POST', 'api/queues/' + encodeURIComponent(name) + '/mode', { durability });
+
 // normQueue reads a queue object of the admin API. The fields are
 // snake_case; the name and mode may sit at the top or in "config".
 export function normQueue(q) {
@@ -110,6 +117,7 @@ export function normQueue(q) {
     inFlight: num(q.in_flight),
     consumers: num(q.consumers),
     counters: q.counters || {},
+    modeChange: q.mode_change || {},
     config: configOf(Object.keys(cfg).length ? cfg : q),
     hasPartitions: Array.isArray(q.partitions),
     partitions: parts.map(p => ({
@@ -129,6 +137,7 @@ export function normQueue(q) {
       ready: num(p.ready),
       inFlight: num(p.in_flight),
       quarantined: Array.isArray(p.quarantined) ? p.quarantined.length : 0,
+      mode: p.mode || '',
     })),
   };
 }
@@ -136,7 +145,7 @@ export function normQueue(q) {
 // configOf returns the configuration fields of a queue object: the plain
 // values and the limits, without the figures the page shows elsewhere.
 function configOf(q) {
-  const figures = ['name', 'durability', 'partitions', 'counters', 'warning', 'messages', 'ready', 'in_flight', 'consumers', 'bytes', 'unavailable'];
+  const figures = ['name', 'durability', 'partitions', 'counters', 'warning', 'messages', 'ready', 'in_flight', 'consumers', 'bytes', 'unavailable', 'mode_change'];
   const out = { partitions: Array.isArray(q.partitions) ? q.partitions.length : q.partitions };
   for (const [k, v] of Object.entries(q)) {
     if (figures.includes(k)) continue;

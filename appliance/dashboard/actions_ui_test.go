@@ -1,0 +1,75 @@
+package dashboard
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+	"github.com/fibril-edge/fibril/appliance/admin"
+)
+
+// The queue page's actions, in Chromium: a purge and a change of mode are
+// each confirmed on the page first (cancel changes nothing), then done
+// through the admin API, with the outcome shown; the API then shows the
+// queue emptied and in its new mode.
+func TestQueueActionsInBrowser(t *testing.T) {
+	base, _ := startNode(t, admin.Options{})
+	b := startBrowser(t, 1280, 900)
+	const queue = "orders"
+	apiCall(t, "POST", base+"/api/queues", map[string]any{"name": queue, "durability": "buffered"}, http.StatusCreated, nil)
+	for _, m := range []string{"a", "b", "c"} {
+		publish(t, base, queue, m)
+	}
+	b.Do(t, "open the queue page", chromedp.Navigate(base+"/#/queues/"+queue),
+		chromedp.WaitVisible(chromedp.CSS(`main[data-page="queue"] button#purge`)))
+
+	// Cancel first: nothing happens.
+	b.Do(t, "ask to purge, then cancel", chromedp.Click(chromedp.CSS(`button#purge`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-purge`)), chromedp.Click(chromedp.CSS(`button#purge-no`)),
+		chromedp.WaitVisible(chromedp.CSS(`button#purge`)))
+	var q struct {
+		Messages   int64  `json:"messages"`
+		Durability string `json:"durability"`
+		Counters   struct {
+			Purged int64 `json:"purged"`
+		} `json:"counters"`
+	}
+	apiCall(t, "GET", base+"/api/queues/"+queue, nil, http.StatusOK, &q)
+	if q.Messages != 3 {
+		t.Fatalf("after a cancelled purge the queue holds %d messages", q.Messages)
+	}
+
+	b.Do(t, "purge, confirmed", chromedp.Click(chromedp.CSS(`button#purge`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-purge`)))
+	if got := b.Text(t, `#confirm-purge p`); !strings.Contains(got, "Discard the 3 ready messages of orders") {
+		t.Errorf("the purge asks %q", got)
+	}
+	b.Do(t, "confirm the purge", chromedp.Click(chromedp.CSS(`button#purge-yes`)),
+		chromedp.WaitVisible(chromedp.CSS(`#action-result.ok`)))
+	if got := b.Text(t, `#action-result`); got != "purged 3 messages" {
+		t.Errorf("the purge says %q", got)
+	}
+	apiCall(t, "GET", base+"/api/queues/"+queue, nil, http.StatusOK, &q)
+	if q.Messages != 0 || q.Counters.Purged != 3 {
+		t.Fatalf("after the purge: %d messages, purged %d", q.Messages, q.Counters.Purged)
+	}
+
+	b.Do(t, "ask to switch to durable", chromedp.Click(chromedp.CSS(`button#mode`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-mode`)))
+	if got := b.Text(t, `#confirm-mode p`); !strings.Contains(got, "Switch orders to durable?") {
+		t.Errorf("the mode change asks %q", got)
+	}
+	b.Do(t, "confirm the switch", chromedp.Click(chromedp.CSS(`button#mode-yes`)),
+		chromedp.WaitVisible(chromedp.CSS(`#action-result.ok`)))
+	if got := b.Text(t, `#action-result`); got != "now durable" {
+		t.Errorf("the mode change says %q", got)
+	}
+	b.WaitFor(t, "the card's mode badge to say durable", `document.querySelector('article[data-queue="orders"] .badge.durable') !== null`,
+		`document.querySelector('article[data-queue="orders"] [data-field="durability"]')?.textContent`)
+	apiCall(t, "GET", base+"/api/queues/"+queue, nil, http.StatusOK, &q)
+	if q.Durability != "durable" {
+		t.Fatalf("after the switch the queue is %s", q.Durability)
+	}
+	b.Screenshot(t, "dashboard-queue-actions.png")
+}
