@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/fibril-edge/fibril/appliance/wire"
@@ -437,4 +438,49 @@ func TestRequeueAndReject(t *testing.T) {
 		t.Fatalf("Requeue after Reject: %v, want ErrAlreadySettled", err)
 	}
 	s.waitFor("the rejected message gone", func() bool { return s.settledLocked("q") })
+}
+
+// A handler may close its own Consumer: Close returns at once, no handler
+// starts after it, the handler's own ack goes out, and the Consumer ends
+// once the handler returned, the rest of the queue left to the broker.
+func TestCloseFromItsOwnHandler(t *testing.T) {
+	s := newFake(t)
+	c := dial(t, s, Options{})
+	declare(t, c, Queue("q"))
+	publishN(t, c, "q", 5)
+	var calls atomic.Int32
+	closed := make(chan error, 1)
+	var cons *Consumer
+	ready := make(chan struct{})
+	cons, err := c.Subscribe(testCtx(t), "q", SubscribeOptions{Prefetch: 5, Concurrency: 1, Handler: func(ctx context.Context, d *Delivery) error {
+		<-ready
+		if calls.Add(1) == 1 {
+			closed <- cons.Close()
+			if ctx.Err() == nil {
+				t.Error("the handlers' context is not cancelled after Close")
+			}
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(ready)
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close from the handler: %v", err)
+		}
+	case <-testCtx(t).Done():
+		t.Fatal("Close from the handler did not return")
+	}
+	waitDone(t, cons.Done(), "the consumer to end after its handlers returned")
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d handler calls: one started after Close returned", n)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q := s.queues["q"]; len(q.ready) != 5-int(calls.Load()) {
+		t.Errorf("after the close the queue holds %d ready, want the %d no handler took", len(q.ready), 5-calls.Load())
+	}
 }

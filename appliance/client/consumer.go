@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
+	"runtime"
 	"sync"
 	"time"
 
@@ -76,6 +78,7 @@ type Consumer struct {
 	stopped     chan struct{} // closed when the dispatch goroutines have exited
 	done        chan struct{} // closed when the Consumer has ended
 	once        sync.Once
+	haltOnce    sync.Once // closes stop and cancels the handlers' context
 
 	mu          sync.Mutex // guards the fields below
 	state       subState
@@ -191,20 +194,62 @@ func (s *Consumer) Err() error {
 }
 
 // Close ends the Consumer: it stops handing out deliveries, cancels the
-// handlers' context and waits for running handlers (so do not call it from
-// a handler; start it in a goroutine there), sends their settles, then
-// unsubscribes (waiting up to Options.CloseTimeout), and the broker
+// handlers' context and waits for running handlers, sends their settles,
+// then unsubscribes (waiting up to Options.CloseTimeout), and the broker
 // releases whatever is still unsettled for redelivery. Messages is closed.
+//
+// Called from a handler, Close cannot wait for the handler it runs in:
+// it stops deliveries and cancels the handlers' context, returns, and the
+// rest follows once the handlers have returned (Done closes then). No
+// delivery is handed out after Close returns.
 func (s *Consumer) Close() error {
+	if calledFromHandler() {
+		s.halt()
+		go s.shutdown(nil, true)
+		return nil
+	}
 	s.shutdown(nil, true)
 	return nil
+}
+
+// halt stops handing out deliveries and cancels the handlers' context.
+func (s *Consumer) halt() {
+	s.haltOnce.Do(func() {
+		close(s.stop)
+		s.hcancel()
+	})
+}
+
+// handleFunc is the name of the frame every handler runs under.
+var handleFunc = runtime.FuncForPC(reflect.ValueOf((*Consumer).handle).Pointer()).Name()
+
+// calledFromHandler reports whether the calling goroutine runs a
+// Consumer's handler: Consumer.handle is on its stack.
+func calledFromHandler() bool {
+	pcs := make([]uintptr, 128)
+	for {
+		n := runtime.Callers(2, pcs)
+		if n == len(pcs) && len(pcs) < 1<<16 {
+			pcs = make([]uintptr, 2*len(pcs)) // a deep handler: look at all of it
+			continue
+		}
+		frames := runtime.CallersFrames(pcs[:n])
+		for {
+			f, more := frames.Next()
+			if f.Function == handleFunc {
+				return true
+			}
+			if !more {
+				return false
+			}
+		}
+	}
 }
 
 // shutdown ends the Consumer once; later calls wait for the first.
 func (s *Consumer) shutdown(cause error, unsubscribe bool) {
 	s.once.Do(func() {
-		close(s.stop)
-		s.hcancel()
+		s.halt()
 		<-s.stopped
 		s.mu.Lock()
 		cn, active := s.conn, s.state == subActive
