@@ -2,8 +2,6 @@ package admin
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/internal/bearer"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -31,7 +30,7 @@ type Server struct {
 	b       *appliance.Broker
 	opts    Options
 	log     *slog.Logger
-	tokens  [][sha256.Size]byte // digests of Options.Tokens
+	tokens  *bearer.Set         // Options.Tokens, until SetTokens replaces them
 	hosts   map[string]struct{} // Options.Hosts, normalised
 	reg     *prometheus.Registry
 	handler http.Handler
@@ -53,9 +52,7 @@ func New(b *appliance.Broker, opts Options) (*Server, error) {
 	for _, h := range opts.Hosts {
 		s.hosts[normalHost(h)] = struct{}{}
 	}
-	for _, t := range opts.Tokens {
-		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
-	}
+	s.tokens = bearer.NewSet(opts.Tokens)
 	s.reg = prometheus.NewRegistry()
 	for _, c := range []prometheus.Collector{
 		collectors.NewGoCollector(),
@@ -178,13 +175,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v) // the client may be gone; nothing to do about it
 }
 
-// auth checks the bearer token when tokens are configured.
+// auth checks the bearer token when tokens are configured (checked at
+// each request: SetTokens may add or remove them).
 func (s *Server) auth(next http.Handler) http.Handler {
-	if len(s.tokens) == 0 {
-		return next
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.authorized(r) {
+		if s.tokens.Empty() || s.authorized(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -196,23 +191,28 @@ func (s *Server) auth(next http.Handler) http.Handler {
 	})
 }
 
-// authorized reports whether r carries one of the tokens. Both sides are
-// compared as SHA-256 digests, so every comparison runs over 32 bytes
-// whatever the lengths (subtle.ConstantTimeCompare returns at once on a
-// length mismatch, which would time a token's length), and every token is
-// compared, so the time does not say which one matched either.
+// authorized reports whether r carries one of the tokens, compared in
+// constant time (package bearer).
 func (s *Server) authorized(r *http.Request) bool {
 	h := r.Header.Get("Authorization")
 	scheme, tok, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
-	got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
-	match := 0
-	for i := range s.tokens {
-		match |= subtle.ConstantTimeCompare(got[:], s.tokens[i][:])
+	return s.tokens.Match(strings.TrimSpace(tok))
+}
+
+// SetTokens replaces the accepted bearer tokens (a reload); the next
+// request is checked against the new set, and with none the API asks for
+// no token. An empty token is refused, as in Options.
+func (s *Server) SetTokens(tokens []string) error {
+	for _, t := range tokens {
+		if t == "" {
+			return errEmptyToken
+		}
 	}
-	return match == 1
+	s.tokens.Replace(tokens)
+	return nil
 }
 
 // decode reads a JSON body of at most limit bytes into v, refusing

@@ -81,7 +81,7 @@ func (s *Server) readyz(r *http.Request) (int, any, error) {
 	if len(reasons) == 0 {
 		return 0, map[string]string{"status": "ready"}, nil
 	}
-	if len(s.tokens) > 0 && !s.authorized(r) {
+	if !s.tokens.Empty() && !s.authorized(r) {
 		counts := notReadyCounts{Closed: nr.Closed, FailedQueues: len(nr.Failed), LatchedPartitions: len(nr.Latched)}
 		return 0, nil, &Error{Status: http.StatusServiceUnavailable, Code: "not_ready",
 			Err: fmt.Errorf("not ready: closed %t, %d queue(s) failed to open, %d partition(s) latched "+

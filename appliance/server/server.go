@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/internal/bearer"
 	"github.com/fibril-edge/fibril/internal/preauth"
 )
 
@@ -25,8 +24,8 @@ type Server struct {
 	b      *appliance.Broker
 	opts   Options
 	log    *slog.Logger
-	tokens [][sha256.Size]byte // hashes of Options.Tokens, compared in constant time
-	linger time.Duration       // defaultLinger; tests shorten it before serving
+	tokens *bearer.Set   // Options.Tokens, until SetTokens replaces them
+	linger time.Duration // defaultLinger; tests shorten it before serving
 
 	nextSession   atomic.Uint64
 	refused       atomic.Uint64  // connections turned away by MaxConnections
@@ -61,9 +60,7 @@ func New(b *appliance.Broker, opts Options) (*Server, error) {
 		preHello:  newPreHelloSet(opts),
 	}
 	s.budget.within = s.resumeCaughtUp
-	for _, t := range opts.Tokens {
-		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
-	}
+	s.tokens = bearer.NewSet(opts.Tokens)
 	return s, nil
 }
 
@@ -97,7 +94,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.mu.Unlock()
 		ln.Close()
 	}()
-	if len(s.tokens) == 0 && !isLoopback(ln.Addr()) {
+	if s.tokens.Empty() && !isLoopback(ln.Addr()) {
 		s.log.Warn("serving without authentication on a non-loopback address; configure tokens", "addr", ln.Addr().String())
 	}
 	var backoff time.Duration
@@ -266,13 +263,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // authorized compares token with every configured token in constant time.
 func (s *Server) authorized(token string) bool {
-	if len(s.tokens) == 0 {
-		return true
+	return s.tokens.Empty() || s.tokens.Match(token)
+}
+
+// SetTokens replaces the accepted Hello tokens (a reload). Connections
+// that said Hello before keep going; each new one is checked against the
+// new set. An empty token is refused, as in Options.
+func (s *Server) SetTokens(tokens []string) error {
+	for _, t := range tokens {
+		if t == "" {
+			return errors.New("server: empty token")
+		}
 	}
-	h := sha256.Sum256([]byte(token))
-	ok := 0
-	for i := range s.tokens {
-		ok |= subtle.ConstantTimeCompare(h[:], s.tokens[i][:])
-	}
-	return ok == 1
+	s.tokens.Replace(tokens)
+	return nil
 }

@@ -35,7 +35,7 @@ var rules = []rule{
 	{prefix: "wal", never: append([]string{module + "/appliance"}, clusterAndBridge...)},
 	{prefix: "appliance/wire"},
 	{prefix: "appliance/client", may: []string{"appliance/wire"}, never: clusterAndBridge},
-	{prefix: "appliance/", may: []string{"wal", "appliance", "appliance/", "internal/pebblesched", "internal/preauth"}, never: clusterAndBridge},
+	{prefix: "appliance/", may: []string{"wal", "appliance", "appliance/", "internal/pebblesched", "internal/preauth", "internal/bearer"}, never: clusterAndBridge},
 	{prefix: "appliance", may: []string{"wal", "appliance/wire", "internal/pebblesched"}, never: clusterAndBridge},
 	// Uplinks run beside any broker, as the bridge does: the client API only.
 	{prefix: "federation/uplink", may: []string{"appliance/client", "appliance/wire"},

@@ -1,6 +1,8 @@
 // Command fibrild is the Fibril broker daemon: it reads fibril.toml,
-// serves the client protocol on top of the queue engine, and shuts down
-// cleanly on SIGTERM or SIGINT (a second signal exits at once).
+// serves the client protocol on top of the queue engine, shuts down
+// cleanly on SIGTERM or SIGINT (a second signal exits at once), and reads
+// its config again on SIGHUP (systemctl reload): tokens and the log level
+// change live, other changes wait for a restart (the log says which).
 //
 //	fibrild [--config PATH] [--print-config] [--version] [--section.key VALUE ...]
 //	fibrild --check-config FILE
@@ -84,18 +86,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return checkConfigFile(*checkConfig, stdout, stderr)
 	}
 
-	cfg, source, err := loadConfig(*configPath, flags.Changed("config"))
+	// read reads the config: the file (or the default), then the flags
+	// over it. A reload reads it the same way.
+	read := func() (daemon.Config, string, error) {
+		cfg, source, err := loadConfig(*configPath, flags.Changed("config"))
+		if err != nil {
+			return cfg, source, err
+		}
+		for _, k := range daemon.Keys() {
+			if flags.Changed(k.Name) {
+				if err := cfg.Set(k.Name, *overrides[k.Name]); err != nil {
+					return cfg, source, fmt.Errorf("--%w", err)
+				}
+			}
+		}
+		return cfg, source, nil
+	}
+	cfg, source, err := read()
 	if err != nil {
 		fmt.Fprintf(stderr, "fibrild: %v\n", err)
 		return 2
-	}
-	for _, k := range daemon.Keys() {
-		if flags.Changed(k.Name) {
-			if err := cfg.Set(k.Name, *overrides[k.Name]); err != nil {
-				fmt.Fprintf(stderr, "fibrild: --%v\n", err)
-				return 2
-			}
-		}
 	}
 	// Validate with the tokens of tokens_file and of the systemd
 	// credential, as Run will; print the config as it was given.
@@ -116,14 +126,40 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 
-	log, err := daemon.NewLogger(cfg.Log, stderr)
+	log, level, err := daemon.NewReloadableLogger(cfg.Log, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "fibrild: %v\n", err)
 		return 2
 	}
 	log.Info("fibrild starting", "version", version, "config", source)
 	daemon.Version = version
-	if err := daemon.Run(ctx, cfg, log); err != nil {
+	// SIGHUP (systemctl reload) reads the config again; the daemon applies
+	// what can change live (daemon.Reload).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	configs := make(chan daemon.Config)
+	go func() {
+		for {
+			select {
+			case <-hup:
+			case <-ctx.Done():
+				return
+			}
+			next, source, err := read()
+			if err != nil {
+				log.Error("reload refused: the config cannot be read; running on the previous one", "config", source, "err", err)
+				continue
+			}
+			log.Info("reloading the config", "config", source)
+			select {
+			case configs <- next:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	if err := daemon.RunReloading(ctx, cfg, log, daemon.Reload{Configs: configs, Level: level}); err != nil {
 		log.Error("fibrild failed", "err", err)
 		return 1
 	}

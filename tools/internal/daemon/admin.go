@@ -21,6 +21,7 @@ import (
 // adminServer is the admin HTTP API as Run serves it; served is nil when
 // [admin] listen is empty.
 type adminServer struct {
+	api    *admin.Server // nil when [admin] listen is empty
 	http   *http.Server
 	cancel context.CancelFunc // ends the requests' contexts at shutdown
 	served chan error
@@ -85,7 +86,7 @@ func startAdmin(cfg Config, ln net.Listener, b *appliance.Broker, m *admin.Metri
 	hs.BaseContext = func(net.Listener) context.Context { return ctx }
 	hs.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	hs.TLSConfig = tlsConfig
-	a := &adminServer{http: hs, cancel: cancel, served: make(chan error, 1)}
+	a := &adminServer{api: api, http: hs, cancel: cancel, served: make(chan error, 1)}
 	log.Info("listening", "proto", "admin", "addr", ln.Addr().String(), "auth", len(cfg.Server.Tokens) > 0,
 		"tls", tlsConfig != nil, "max_connections", cfg.Admin.MaxConnections)
 	if len(cfg.Server.Tokens) == 0 && !IsLoopback(cfg.Admin.Listen) {

@@ -43,6 +43,11 @@ const ShutdownTimeout = 30 * time.Second
 // of the systemd credential "tokens" (ResolveTokens). Under systemd it sends READY=1, watchdog pings and
 // STOPPING=1 (see notify.go).
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	return RunReloading(ctx, cfg, log, Reload{})
+}
+
+// RunReloading is Run that also takes config reloads (Reload).
+func RunReloading(ctx context.Context, cfg Config, log *slog.Logger, reload Reload) error {
 	cfg, err := cfg.ResolveTokens(os.Getenv("CREDENTIALS_DIRECTORY"))
 	if err != nil {
 		return err
@@ -161,17 +166,24 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	stopWatchdog := startWatchdog(b.Healthy, log)
 
 	var runErr error
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down", "cause", context.Cause(ctx))
-	case err := <-served:
-		runErr = fmt.Errorf("serve: %w", err)
-		served = nil
-		log.Error("server failed; shutting down", "err", err)
-	case err := <-adm.served:
-		runErr = fmt.Errorf("serve admin: %w", err)
-		adm.served = nil
-		log.Error("admin server failed; shutting down", "err", err)
+	targets := reloadTargets{srv: srv, adm: adm, level: reload.Level}
+	for running := true; running; {
+		select {
+		case next := <-reload.Configs:
+			cfg = targets.apply(cfg, next, log)
+			continue
+		case <-ctx.Done():
+			log.Info("shutting down", "cause", context.Cause(ctx))
+		case err := <-served:
+			runErr = fmt.Errorf("serve: %w", err)
+			served = nil
+			log.Error("server failed; shutting down", "err", err)
+		case err := <-adm.served:
+			runErr = fmt.Errorf("serve admin: %w", err)
+			adm.served = nil
+			log.Error("admin server failed; shutting down", "err", err)
+		}
+		running = false
 	}
 	notify(log, sdnotify.StateStopping)
 	stopWatchdog()
