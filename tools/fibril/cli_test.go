@@ -60,10 +60,18 @@ func binaries(t *testing.T) (cli, daemon string) {
 }
 
 func TestMain(m *testing.M) {
+	// The machine's own contexts (context.go) stay out of the tests.
+	cfg, err := os.MkdirTemp("", "fibril-cli-config-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("XDG_CONFIG_HOME", cfg)
+	os.Unsetenv(envContext)
 	code := m.Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
 	}
+	os.RemoveAll(cfg)
 	os.Exit(code)
 }
 

@@ -71,20 +71,27 @@ type connFlags struct {
 	json                 bool
 }
 
-// addServerFlags registers --server, --token and --json.
+// addServerFlags registers --server, --token and --json, their defaults
+// from the environment, else the active context (context.go).
 func (c *connFlags) addServerFlags(fs *pflag.FlagSet) {
-	fs.StringVarP(&c.server, "server", "s", envOr(envServer, defaultServer),
+	cx := activeContext()
+	fs.StringVarP(&c.server, "server", "s", firstNonEmpty(os.Getenv(envServer), cx.Server, defaultServer),
 		"fibrild's client protocol address, or a comma-separated list of a cluster's nodes, tried in turn (env "+envServer+")")
-	fs.StringVar(&c.token, "token", os.Getenv(envToken), "auth token (env "+envToken+")")
+	fs.StringVar(&c.token, "token", firstNonEmpty(os.Getenv(envToken), cx.Token), "auth token (env "+envToken+")")
 	fs.BoolVar(&c.json, "json", false, "print JSON, one object per line")
 }
 
-// addAdminFlags registers --admin, --admin-ca, --token and --json.
+// addAdminFlags registers --admin, --admin-ca, --token and --json, their
+// defaults from the environment, else the active context; without an
+// admin URL from either, the admin API is looked for on the host of the
+// server they name, port 7421.
 func (c *connFlags) addAdminFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&c.admin, "admin", envOr(envAdmin, defaultAdmin), "fibrild's admin HTTP API, http:// or https:// (env "+envAdmin+")")
-	fs.StringVar(&c.adminCA, "admin-ca", os.Getenv(envAdminCA),
+	cx := activeContext()
+	admin := firstNonEmpty(os.Getenv(envAdmin), cx.Admin, deriveAdmin(firstNonEmpty(os.Getenv(envServer), cx.Server)), defaultAdmin)
+	fs.StringVar(&c.admin, "admin", admin, "fibrild's admin HTTP API, http:// or https:// (env "+envAdmin+")")
+	fs.StringVar(&c.adminCA, "admin-ca", firstNonEmpty(os.Getenv(envAdminCA), cx.AdminCA),
 		"CA certificate (PEM file) that signed an https:// --admin's certificate, trusted instead of the system's roots (env "+envAdminCA+")")
-	fs.StringVar(&c.token, "token", os.Getenv(envToken), "auth token (env "+envToken+")")
+	fs.StringVar(&c.token, "token", firstNonEmpty(os.Getenv(envToken), cx.Token), "auth token (env "+envToken+")")
 	fs.BoolVar(&c.json, "json", false, "print JSON")
 }
 
