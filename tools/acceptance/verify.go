@@ -96,10 +96,12 @@ type Report struct {
 	// again, after a consumer subscribed anew, is a redelivery).
 	OrderViolations []string
 	// Clashes: two messages confirmed at one position of a partition
-	// with no power cut of a buffered queue between the confirms. Two
-	// owners confirming in one epoch, or an owner writing over records a
-	// copy still holds, show as one; only a buffered queue's cut may lose
-	// confirmed records, and so reuse their offsets.
+	// with no power cut of a buffered queue between the confirms, the
+	// first confirmed before any cut began. Two owners confirming in one
+	// epoch, or an owner writing over records a copy still holds, show as
+	// one; only a buffered queue's cut, or a cut under way when the first
+	// was confirmed (as Loss.AfterCut), may lose confirmed records and so
+	// reuse their offsets.
 	Clashes []string
 	// AckedReturned: acked messages delivered again (allowed after a
 	// fault that lost the ack; counted).
@@ -292,9 +294,10 @@ func VerifySeq(events iter.Seq[Event], queues []QueueSpec) Report {
 		off   uint64
 	}
 	type positionHolder struct {
-		id   string
-		t    time.Time
-		cuts int // power cuts begun before its confirm
+		id       string
+		t        time.Time
+		cuts     int  // power cuts begun before its confirm
+		afterCut bool // confirmed after a power cut began, before the restart: the cut may take it (Loss.AfterCut)
 	}
 	positions := map[position]positionHolder{}
 	cuts := 0
@@ -348,11 +351,11 @@ func VerifySeq(events iter.Seq[Event], queues []QueueSpec) Report {
 			m.confirm, m.cEpoch, m.cCut = &ci, epoch, cut[epoch]
 			r.Confirmed++
 			pos := position{e.Queue, e.Part, e.Off}
-			if h, ok := positions[pos]; ok && h.id != e.ID && !(buffered[e.Queue] && cuts > h.cuts) {
+			if h, ok := positions[pos]; ok && h.id != e.ID && !h.afterCut && !(buffered[e.Queue] && cuts > h.cuts) {
 				r.Clashes = append(r.Clashes, fmt.Sprintf("%s partition %d offset %d confirmed for %s at %s and for %s at %s",
 					e.Queue, e.Part, e.Off, h.id, h.t.Format(time.RFC3339Nano), e.ID, e.T.Format(time.RFC3339Nano)))
 			}
-			positions[pos] = positionHolder{e.ID, e.T, cuts}
+			positions[pos] = positionHolder{e.ID, e.T, cuts, cut[epoch]}
 		case KindFail:
 			r.Failed++
 		case KindDeliver:

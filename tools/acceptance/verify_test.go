@@ -250,6 +250,11 @@ func TestVerifyClashesAndRedrains(t *testing.T) {
 	h.add(Event{Kind: KindFault}) // a kill: no cut
 	h.add(Event{Kind: KindRestart})
 	h.pub("b", "z", 1, 0, 8) // buffered, no cut since y.2: a clash
+	h.add(Event{Kind: KindCut})
+	h.pub("d", "w", 1, 0, 4) // durable, confirmed as the cut began: the cut may take it
+	h.add(Event{Kind: KindFault})
+	h.add(Event{Kind: KindRestart})
+	h.pub("d", "v", 1, 0, 4) // its offset again: no clash
 	h.drain("b", "y", 1, 0, 7)
 	h.drain("b", "z", 1, 0, 8)
 	h.drain("b", "y", 1, 0, 7) // redelivered: not out of order
