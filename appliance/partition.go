@@ -22,8 +22,9 @@ import (
 // the lock, ask the core, and carry out what it returns.
 //
 // Each piece of mutable state has one owner, named by the comment on its
-// group. Lock order: the queue's admission mutex, then ckptMu, then mu, then Subscription.mu or the queue's
-// dedupe table; mu is never taken with submitMu or batch.mu held.
+// group. Lock order: the queue's admission mutex, then ckptMu, then mu,
+// then Subscription.mu or the queue's dedupe table; mu is never taken with
+// submitMu or batch.mu held.
 type partition struct {
 	// Set at open, never changed. The log is safe for concurrent use.
 	q    *queue
@@ -149,12 +150,17 @@ func (p *partition) submit(entries []wal.Entry, done func(wal.AppendResult, erro
 // back before done runs. at, when set, receives the boundary the append
 // completes at before done can run (a publish's confirm names it).
 func (p *partition) submitHolding(entries []wal.Entry, room *heldRoom, at *wal.Boundary, done func(wal.AppendResult, error)) {
-	fail := func(err error) {
-		p.unhold(room)
+	if err := p.handOver(entries, at, room, done); err != nil {
+		p.unhold(room) // after submitMu: mu is never taken with it held
 		if done != nil {
 			done(wal.AppendResult{}, err)
 		}
 	}
+}
+
+// handOver appends entries and hands them to the applier, in offset
+// order, under submitMu; an error says nothing was handed over.
+func (p *partition) handOver(entries []wal.Entry, at *wal.Boundary, room *heldRoom, done func(wal.AppendResult, error)) error {
 	p.submitMu.Lock()
 	defer p.submitMu.Unlock()
 	dur := p.boundary()
@@ -163,24 +169,23 @@ func (p *partition) submitHolding(entries []wal.Entry, room *heldRoom, at *wal.B
 	}
 	select {
 	case <-p.closing:
-		fail(ErrClosed)
-		return
+		return ErrClosed
 	default:
 	}
 	if p.gate != nil {
 		if err := p.gate.Writable(); err != nil {
-			fail(err)
-			return
+			return err
 		}
 	}
 	c := p.log.AppendAsync(entries, dur)
 	select {
 	case p.applyCh <- pendingAppend{c: c, entries: entries, room: room, done: done}:
+		return nil
 	case <-p.closing:
 		// The applier may be held at the replica gate with the channel
 		// full; closing ends that wait. What this append wrote is applied
 		// when the log is replayed at the next open.
-		fail(ErrClosed)
+		return ErrClosed
 	}
 }
 
