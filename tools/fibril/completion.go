@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/spf13/pflag"
 )
 
 const completionHelp = `Usage: fibril completion bash|zsh|fish
@@ -58,6 +61,42 @@ func commandTree() map[string][]string {
 	return tree
 }
 
+// queueArgCommands are the commands whose first argument is a queue name:
+// the completion scripts offer the queues the admin API lists
+// (completeQueues) there.
+var queueArgCommands = []string{"pub", "sub", "queue info", "queue rm", "queue purge", "queue mode"}
+
+// completeQueuesCommand is the hidden command the completion scripts run
+// for queue names.
+const completeQueuesCommand = "__queues"
+
+// completeQueues prints the queue names the admin API lists, one a line,
+// with the connection defaults every admin command uses (flags,
+// environment, context); nothing on any failure, so a shell completing
+// offline stays quiet.
+func completeQueues(ctx context.Context, args []string, stdout io.Writer) int {
+	fs := pflag.NewFlagSet("fibril "+completeQueuesCommand, pflag.ContinueOnError)
+	var conn connFlags
+	api, done, err := adminArgs(fs, &conn, "", args, io.Discard, 0, 0, "")
+	if done || err != nil {
+		return exitFailure
+	}
+	var raw json.RawMessage
+	if err := api.do(ctx, "GET", "/api/queues", nil, &raw); err != nil {
+		return exitFailure
+	}
+	queues, _, err := queueList(raw)
+	if err != nil {
+		return exitFailure
+	}
+	for _, q := range queues {
+		if name, ok := q["name"].(string); ok {
+			fmt.Fprintln(stdout, name)
+		}
+	}
+	return exitOK
+}
+
 func writeBashCompletion(w io.Writer, tree map[string][]string) error {
 	prefixes := make([]string, 0, len(tree))
 	for p := range tree {
@@ -73,6 +112,9 @@ func writeBashCompletion(w io.Writer, tree map[string][]string) error {
 	b.WriteString("  local words=\"\"\n  case \"$path\" in\n")
 	for _, p := range prefixes {
 		fmt.Fprintf(&b, "    %q) words=%q ;;\n", p, strings.Join(tree[p], " "))
+	}
+	for _, p := range queueArgCommands {
+		fmt.Fprintf(&b, "    %q) words=\"$(fibril %s 2>/dev/null) --help\" ;;\n", p, completeQueuesCommand)
 	}
 	b.WriteString("    *) words=\"--help --json\" ;;\n  esac\n")
 	b.WriteString("  COMPREPLY=($(compgen -W \"$words\" -- \"$cur\"))\n}\n")
@@ -106,6 +148,10 @@ func writeFishCompletion(w io.Writer, tree map[string][]string) error {
 			desc := summaries[strings.TrimSpace(p+" "+word)]
 			fmt.Fprintf(&b, "complete -c fibril -n %q -a %q -d %q\n", cond, word, desc)
 		}
+	}
+	for _, p := range queueArgCommands {
+		cond := fmt.Sprintf("test (string join ' ' (commandline -opc)[2..] | string replace -ra ' ?-[^ ]*' '') = %q", p)
+		fmt.Fprintf(&b, "complete -c fibril -n %q -a \"(fibril %s 2>/dev/null)\" -d queue\n", cond, completeQueuesCommand)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

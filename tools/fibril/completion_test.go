@@ -1,9 +1,14 @@
 package main
 
 import (
+	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fibril-edge/fibril/appliance"
 )
 
 func TestCompletion(t *testing.T) {
@@ -26,4 +31,31 @@ COMP_WORDS=(fibril lo); COMP_CWORD=1; _fibril; echo "${COMPREPLY[*]}"`
 	runCLI("completion", "fish").want(t, 0, `-a "verify" -d "check segment logs offline`, "")
 	runCLI("completion", "tcsh").want(t, 2, "", "unknown shell")
 	runCLI("completion").want(t, 2, "", "want one shell")
+}
+
+// Where a command takes a queue, bash completes the queue names the admin
+// API lists (through the fibril binary, as a shell would run it).
+func TestCompletionOfQueueNames(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	cli, _ := binaries(t)
+	b, url := newAdmin(t, "s3cret")
+	for _, q := range []string{"clicks", "orders", "other"} {
+		if _, err := b.Declare(context.Background(), appliance.QueueConfig{Name: q}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := runCLI("completion", "bash")
+	script := r.stdout + `
+COMP_WORDS=(fibril queue purge o); COMP_CWORD=3; _fibril; echo "${COMPREPLY[*]}"
+COMP_WORDS=(fibril pub c); COMP_CWORD=2; _fibril; echo "${COMPREPLY[*]}"`
+	cmd := exec.Command(bash, "-c", script)
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(cli)+":"+os.Getenv("PATH"), envAdmin+"="+url, envToken+"=s3cret")
+	out, err := cmd.CombinedOutput()
+	if err != nil || string(out) != "orders other\nclicks\n" {
+		t.Fatalf("completing queue names: %v\n%q", err, out)
+	}
+	runCLI("completion", "fish").want(t, 0, `(fibril __queues 2>/dev/null)`, "")
 }

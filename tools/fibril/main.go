@@ -92,6 +92,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	lead, args := leadingFlags(args)
+	if len(args) > 0 && args[0] == completeQueuesCommand {
+		return completeQueues(ctx, append(args[1:], lead...), stdout)
+	}
 	if len(args) > 0 && args[0] == "help" {
 		args = append(args[1:], "--help")
 	}
