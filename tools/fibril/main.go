@@ -222,7 +222,10 @@ Exit status:
   3  not found (no such queue, setting, directory)
   4  conflict (e.g. declaring a queue with the other mode)
 
-Connection flags may come before the command or after it.
+Connection flags may come before the command or after it. Their defaults
+come from the environment, else from the selected context (fibril context
+use NAME, or FIBRIL_CONTEXT); without an admin URL from either, the admin
+API is looked for on the server's host, port 7421.
 Run 'fibril <command> --help' for a command's flags, 'fibril --version' for the version.
 `)
 }
