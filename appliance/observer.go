@@ -25,6 +25,22 @@ type Observer interface {
 	Synced(queue string, partition int, took time.Duration, err error)
 }
 
+// FanInObserver is an Observer that also sees each fdatasync's group
+// commit: how many durable appends it completed.
+type FanInObserver interface {
+	SyncCompleted(queue string, partition int, appends int)
+}
+
+// fanInObserver is a log's OnSyncCompleted hook reporting to the broker's
+// observer, or nil when it does not take them.
+func (b *Broker) fanInObserver(queue string, partition int) func(int) {
+	obs, ok := b.opts.Observer.(FanInObserver)
+	if !ok {
+		return nil
+	}
+	return func(appends int) { obs.SyncCompleted(queue, partition, appends) }
+}
+
 // syncObserver is a log's OnSync hook reporting to the broker's observer,
 // or nil without one.
 func (b *Broker) syncObserver(queue string, partition int) func(time.Duration, error) {

@@ -60,6 +60,7 @@ func (b *Broker) openPartition(q *queue, idx int) (*partition, error) {
 		Logger:                 b.log.With("queue", q.cfg().Name, "partition", idx),
 		OnRecover:              rp.scanned,
 		OnSync:                 b.syncObserver(q.cfg().Name, idx),
+		OnSyncCompleted:        b.fanInObserver(q.cfg().Name, idx),
 	})
 	if err != nil {
 		return nil, err

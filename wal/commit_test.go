@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,7 +58,9 @@ func TestGroupCommitSharesSyncs(t *testing.T) {
 	ctx := testCtx(t)
 	probe, fs := newSyncProbe(vfs.NewMem())
 	probe.Flush = 500 * time.Microsecond
-	l := mustOpen(t, fs, "log", Options{BackgroundSyncInterval: -1, SyncBytesThreshold: -1})
+	var fanInCalls, fanInAppends atomic.Int64 // OnSyncCompleted's reports
+	l := mustOpen(t, fs, "log", Options{BackgroundSyncInterval: -1, SyncBytesThreshold: -1,
+		OnSyncCompleted: func(n int) { fanInCalls.Add(1); fanInAppends.Add(int64(n)) }})
 	defer l.Close()
 	openSyncs := probe.Matched.Load()
 
@@ -108,6 +111,11 @@ func TestGroupCommitSharesSyncs(t *testing.T) {
 	}
 	if st.Syncs != uint64(syncs) {
 		t.Fatalf("status counts %d syncs, the file system saw %d", st.Syncs, syncs)
+	}
+	// Each sync that completed appends reported how many, and together
+	// they are every append.
+	if calls := fanInCalls.Load(); fanInAppends.Load() != n || calls == 0 || calls > int64(syncs) {
+		t.Fatalf("OnSyncCompleted: %d calls reporting %d appends; want %d appends over at most %d syncs", calls, fanInAppends.Load(), n, syncs)
 	}
 	if syncs == 0 || syncs > n/2 {
 		t.Fatalf("%d syncs for %d appends: group commit should share syncs (at most %d)", syncs, n, n/2)

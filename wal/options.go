@@ -112,6 +112,12 @@ type Options struct {
 	// it took and its error. It runs on the log's own goroutines, outside
 	// its locks, and must return quickly: metrics, not I/O.
 	OnSync func(took time.Duration, err error)
+	// OnSyncCompleted, if set, is called after a successful fdatasync
+	// completed AfterFsync appends, with how many (the group commit's fan-
+	// in: one sync, many appends confirmed). Syncs that completed none (a
+	// buffered log's background syncs) are not reported. It runs on the
+	// log's writer goroutine and must return quickly.
+	OnSyncCompleted func(appends int)
 	// Logger receives warnings (recovery cuts, latches). Default slog.Default().
 	Logger *slog.Logger
 }

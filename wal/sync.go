@@ -119,16 +119,20 @@ func (w *writer) applySync(job syncJob, took time.Duration) {
 	}
 	w.afterJobWrite = time.Time{}
 	w.l.durable.advance(job.target)
-	n := 0
+	n, appends := 0, 0
 	for n < len(w.fsyncWaiters) && w.fsyncWaiters[n].res.Next <= job.target {
 		if !w.fsyncWaiters[n].syncReq {
 			w.st.SyncedAppends++
+			appends++
 		}
 		w.complete(w.fsyncWaiters[n], nil)
 		n++
 	}
 	clear(w.fsyncWaiters[:n])
 	w.fsyncWaiters = append(w.fsyncWaiters[:0], w.fsyncWaiters[n:]...)
+	if appends > 0 && w.l.opts.OnSyncCompleted != nil {
+		w.l.opts.OnSyncCompleted(appends)
+	}
 }
 
 // waitSync waits for the sync in flight, if any, and applies its result.

@@ -19,11 +19,15 @@ type Metrics struct {
 	confirmLatency   *prometheus.HistogramVec // {mode}
 	publishToDeliver *prometheus.HistogramVec // {mode}
 	fsyncDuration    prometheus.Histogram
+	fsyncAppends     prometheus.Histogram
 	confirmByMode    [3]prometheus.Observer // indexed by appliance.Durability
 	deliverByMode    [3]prometheus.Observer
 }
 
-var _ appliance.Observer = (*Metrics)(nil)
+var (
+	_ appliance.Observer      = (*Metrics)(nil)
+	_ appliance.FanInObserver = (*Metrics)(nil)
+)
 
 type eventKey struct {
 	queue string
@@ -54,6 +58,11 @@ func NewMetrics() *Metrics {
 			Name:    "fibril_fsync_duration_seconds",
 			Help:    "Duration of each fdatasync of a queue log segment, failed ones included.",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16), // 50 µs to 1.6 s
+		}),
+		fsyncAppends: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fibril_fsync_appends",
+			Help:    "Durable appends each fdatasync completed (the group commit's fan-in); syncs that completed none are not counted.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12), // 1 to 2048
 		}),
 	}
 	for _, d := range []appliance.Durability{appliance.Durable, appliance.Buffered} {
@@ -99,6 +108,11 @@ func (m *Metrics) Synced(queue string, partition int, took time.Duration, err er
 	m.fsyncDuration.Observe(took.Seconds())
 }
 
+// SyncCompleted observes how many durable appends one fdatasync completed.
+func (m *Metrics) SyncCompleted(queue string, partition int, appends int) {
+	m.fsyncAppends.Observe(float64(appends))
+}
+
 // Describe implements prometheus.Collector for the histograms; the event
 // counters are exported by the state collector, which knows which queues
 // still exist.
@@ -106,6 +120,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.confirmLatency.Describe(ch)
 	m.publishToDeliver.Describe(ch)
 	m.fsyncDuration.Describe(ch)
+	m.fsyncAppends.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -113,6 +128,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.confirmLatency.Collect(ch)
 	m.publishToDeliver.Collect(ch)
 	m.fsyncDuration.Collect(ch)
+	m.fsyncAppends.Collect(ch)
 }
 
 // eachQueue visits the event counters; keep reports whether a queue still

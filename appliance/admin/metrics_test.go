@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"flag"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -75,6 +76,20 @@ func TestMetricsGolden(t *testing.T) {
 		if !bytes.Contains(r.body, []byte(line+"\n")) {
 			t.Errorf("scrape lacks %s", line)
 		}
+	}
+	// The durable publishes were synced: at least one fdatasync reported
+	// the appends it completed, and every durable confirm is among them.
+	var syncs, appends float64
+	for _, line := range strings.Split(string(r.body), "\n") {
+		if v, ok := strings.CutPrefix(line, "fibril_fsync_appends_count "); ok {
+			fmt.Sscan(v, &syncs)
+		}
+		if v, ok := strings.CutPrefix(line, "fibril_fsync_appends_sum "); ok {
+			fmt.Sscan(v, &appends)
+		}
+	}
+	if syncs < 1 || appends < 2 {
+		t.Errorf("fibril_fsync_appends: %v syncs completing %v appends; want the 2 durable publishes among them", syncs, appends)
 	}
 	for _, prefix := range []string{"go_goroutines ", "process_"} {
 		if !bytes.Contains(r.body, []byte(prefix)) {
