@@ -122,7 +122,9 @@ var partitionMetrics = []partitionMetric{
 		func(p appliance.PartitionInfo) float64 { return float64(p.Segments) }},
 	{desc("fibril_partition_messages", "Unsettled messages in the partition.", partitionLabels...), prometheus.GaugeValue,
 		func(p appliance.PartitionInfo) float64 { return float64(p.Messages) }},
-	{desc("fibril_quarantined_segments", "Log ranges set aside as corrupt since the partition opened.", partitionLabels...), prometheus.GaugeValue,
+	{desc("fibril_quarantined_segments", "Log ranges set aside as corrupt that the partition's log still retains (retention past a range drops it from here).", partitionLabels...), prometheus.GaugeValue,
+		func(p appliance.PartitionInfo) float64 { return float64(retainedQuarantine(p)) }},
+	{desc("fibril_quarantined_segments_total", "Log ranges set aside as corrupt since the partition opened.", partitionLabels...), prometheus.CounterValue,
 		func(p appliance.PartitionInfo) float64 { return float64(len(p.Quarantined)) }},
 	{desc("fibril_quarantined_lost_records", "Records of the partition's log lost to damage: the offsets of its quarantined ranges.", partitionLabels...), prometheus.GaugeValue,
 		func(p appliance.PartitionInfo) float64 { return float64(p.LostRecords) }},
@@ -215,4 +217,16 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 func (c *stateCollector) exists(q string) bool {
 	_, err := c.b.QueueInfo(q)
 	return !errors.Is(err, appliance.ErrNotFound)
+}
+
+// retainedQuarantine counts p's quarantined ranges that reach past the
+// log's head: those retention has not dropped yet.
+func retainedQuarantine(p appliance.PartitionInfo) int {
+	n := 0
+	for _, q := range p.Quarantined {
+		if q.ToOffset > p.Head {
+			n++
+		}
+	}
+	return n
 }
