@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/fibril-edge/fibril/appliance"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/metrics.golden")
@@ -102,5 +103,24 @@ func TestMetricsGolden(t *testing.T) {
 	r = f.do("GET", "/metrics", nil).want(t, http.StatusOK, nil)
 	if bytes.Contains(r.body, []byte(`queue="orders"`)) {
 		t.Errorf("series of the deleted queue remain")
+	}
+}
+
+// The scrape passes promtool's lint rules (promlint: names, units,
+// counter suffixes, help text).
+func TestMetricsLint(t *testing.T) {
+	f := newFixture(t, Options{ServerConnections: func() int { return 2 }, Bridges: siteBridge,
+		ServerStats: func() ServerStats { return ServerStats{PreHello: 3, PreHelloEvicted: 1} }})
+	f.declare(map[string]any{"name": "orders", "durability": "durable"})
+	f.do("POST", "/api/queues/orders/messages", map[string]any{"body": "x"}).want(t, http.StatusOK, nil)
+	r := f.do("GET", "/metrics", nil).want(t, http.StatusOK, nil)
+	problems, err := promlint.New(bytes.NewReader(r.body)).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		if strings.HasPrefix(p.Metric, "fibril_") {
+			t.Errorf("%s: %s", p.Metric, p.Text)
+		}
 	}
 }
