@@ -51,7 +51,8 @@ func New(opts Options) (*Bridge, error) {
 		return nil, err
 	}
 	b := &Bridge{opts: o, log: o.Logger.With("bridge", o.Name), ready: make(chan struct{})}
-	b.st.s = Stats{Name: o.Name, State: StateStarting, Dropped: map[string]uint64{}}
+	urls, routes := describe(o)
+	b.st.s = Stats{Name: o.Name, State: StateStarting, URLs: urls, Routes: routes, Dropped: map[string]uint64{}}
 	return b, nil
 }
 

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -89,6 +90,34 @@ func TestMapping(t *testing.T) {
 		in := Ingest{Subject: tt.pattern, tmpl: tm}
 		if got := in.queueFor(tt.subject); got != tt.want {
 			t.Errorf("%s %s %s: %q, want %q", tt.pattern, tt.tmpl, tt.subject, got, tt.want)
+		}
+	}
+}
+
+// Stats say what a bridge is configured to move, and never the
+// credentials a NATS URL carries.
+func TestStatsDescribeTheConfig(t *testing.T) {
+	b, err := New(Options{URLs: []string{"nats://alice:s3cret@127.0.0.1:4222,tls://127.0.0.1:4223", "bob:pw@127.0.0.1:4224"},
+		FibrilAddr: "127.0.0.1:7420",
+		Ingest: []Ingest{{Subject: "orders.>", Queue: "orders", Mode: JetStream, Stream: "ORDERS"},
+			{Subject: "sensors.*.temp", Queue: "temp-{1}", QueueGroup: "site"}},
+		Egress: []Egress{{Queue: "alerts", Subject: "site.alerts", JetStream: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := b.Stats()
+	wantURLs := []string{"nats://127.0.0.1:4222", "tls://127.0.0.1:4223", "127.0.0.1:4224"}
+	wantRoutes := []string{
+		"ingest NATS orders.> → queue orders (JetStream stream ORDERS, consumer fibril-bridge)",
+		"ingest NATS sensors.*.temp → queue temp-{1} (core, queue group site)",
+		"egress queue alerts → NATS site.alerts (JetStream)",
+	}
+	if fmt.Sprint(s.URLs) != fmt.Sprint(wantURLs) || fmt.Sprint(s.Routes) != fmt.Sprint(wantRoutes) {
+		t.Fatalf("urls %q\nroutes %q", s.URLs, s.Routes)
+	}
+	for _, u := range s.URLs {
+		if strings.Contains(u, "s3cret") || strings.Contains(u, "pw") {
+			t.Fatalf("a credential in %q", u)
 		}
 	}
 }

@@ -1,7 +1,10 @@
 package bridge
 
 import (
+	"fmt"
+	"net/url"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -18,6 +21,10 @@ const (
 type Stats struct {
 	Name  string `json:"name"`
 	State string `json:"state"` // StateStarting, StateConnected, StateReconnecting, StateStopped
+	// URLs are the NATS servers the bridge dials, credentials left out;
+	// Routes say what it is configured to move, one line each (describe).
+	URLs   []string `json:"urls"`
+	Routes []string `json:"routes"`
 	// LastError is the last NATS or Fibril error the bridge logged, "" for none.
 	LastError string `json:"last_error"`
 	// Reconnects counts NATS reconnects.
@@ -130,6 +137,7 @@ func (c *counters) snapshot() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.s
+	s.URLs, s.Routes = slices.Clone(c.s.URLs), slices.Clone(c.s.Routes)
 	s.Dropped = make(map[string]uint64, len(c.s.Dropped))
 	for k, v := range c.s.Dropped {
 		s.Dropped[k] = v
@@ -140,4 +148,42 @@ func (c *counters) snapshot() Stats {
 	}
 	slices.Sort(s.MissingQueues)
 	return s
+}
+
+// describe says what a bridge is configured to do: the NATS URLs without
+// their credentials, and one line per ingest and egress, for Stats.
+func describe(o Options) (urls, routes []string) {
+	for _, raw := range o.URLs {
+		for _, one := range strings.Split(raw, ",") {
+			one = strings.TrimSpace(one)
+			if u, err := url.Parse(one); err == nil && u.Host != "" {
+				u.User = nil
+				one = u.String()
+			} else if at := strings.LastIndex(one, "@"); at >= 0 {
+				one = one[at+1:] // user:pass@host without a scheme
+			}
+			urls = append(urls, one)
+		}
+	}
+	for _, in := range o.Ingest {
+		how := "core"
+		if in.Mode == JetStream {
+			how = fmt.Sprintf("JetStream stream %s, consumer %s", in.Stream, in.Durable)
+		} else if in.QueueGroup != "" {
+			how = "core, queue group " + in.QueueGroup
+		}
+		subject := in.Subject
+		if subject == "" {
+			subject = "(the whole stream)"
+		}
+		routes = append(routes, fmt.Sprintf("ingest NATS %s → queue %s (%s)", subject, in.Queue, how))
+	}
+	for _, eg := range o.Egress {
+		how := "core"
+		if eg.JetStream {
+			how = "JetStream"
+		}
+		routes = append(routes, fmt.Sprintf("egress queue %s → NATS %s (%s)", eg.Queue, eg.Subject, how))
+	}
+	return urls, routes
 }

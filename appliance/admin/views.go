@@ -125,6 +125,11 @@ const (
 type BridgeStats struct {
 	Name  string `json:"name"`
 	State string `json:"state"` // BridgeStarting, BridgeConnected, BridgeReconnecting, BridgeStopped
+	// URLs are the NATS servers the bridge dials, credentials left out;
+	// Routes say what it is configured to move, one line per ingest and
+	// egress.
+	URLs   []string `json:"urls"`
+	Routes []string `json:"routes"`
 	// LastError is the last NATS or Fibril error the bridge logged, "" for none.
 	LastError string `json:"last_error"`
 	// Reconnects counts NATS reconnects.

@@ -18,7 +18,9 @@ func TestDashboardBridges(t *testing.T) {
 	var mu sync.Mutex
 	report := admin.BridgeStats{Name: "site", State: admin.BridgeReconnecting, Blocked: true,
 		LastError: "fibril: publish to alerts: not_found", MissingQueues: []string{"alerts"},
-		Dropped: map[string]uint64{"not_found": 3}}
+		Dropped: map[string]uint64{"not_found": 3},
+		URLs:    []string{"nats://127.0.0.1:4222"},
+		Routes:  []string{"ingest NATS alerts.> → queue alerts (core)", "egress queue orders → NATS site.orders (JetStream)"}}
 	base, _ := startNode(t, admin.Options{Bridges: func() []admin.BridgeStats {
 		mu.Lock()
 		defer mu.Unlock()
@@ -35,6 +37,8 @@ func TestDashboardBridges(t *testing.T) {
 		`[data-field="missing-queues"]`: "alerts",
 		`[data-field="last-error"]`:     "not_found",
 		`dd[data-field="dropped"]`:      "3",
+		`[data-field="urls"]`:           "nats://127.0.0.1:4222",
+		`[data-field="routes"]`:         "egress queue orders → nats site.orders (jetstream)",
 	} {
 		if got := b.Text(t, card+" "+sel); !strings.Contains(strings.ToLower(got), want) { // badges are upper case by style
 			t.Errorf("%s says %q, want %q in it", sel, got, want)

@@ -1,6 +1,7 @@
 // The bridges page: every NATS bridge fibrild runs, as GET /api/bridges
-// reports it: connection state, last error, queues that do not exist, and
-// the ingest and egress counters with their rates.
+// reports it: what it is configured to move (its NATS servers and routes),
+// connection state, last error, queues that do not exist, and the ingest
+// and egress counters with their rates.
 
 import { el, nodes, stat } from './dom.js';
 import { get } from './api.js';
@@ -56,6 +57,8 @@ function card(b, r) {
     missing.length ? el('p', { class: 'error', 'data-field': 'missing-queues' },
       `Queue${missing.length === 1 ? '' : 's'} missing: ${missing.join(', ')}. Declare ${missing.length === 1 ? 'it' : 'them'}; the bridge retries (JetStream) or drops (core) until then.`) : null,
     b.last_error ? el('p', { class: 'warning', 'data-field': 'last-error' }, 'Last error: ' + b.last_error) : null,
+    (b.urls || []).length ? el('p', { class: 'muted', 'data-field': 'urls' }, 'NATS: ' + b.urls.join(', ')) : null,
+    (b.routes || []).length ? el('ul', { class: 'routes', 'data-field': 'routes' }, b.routes.map(r => el('li', {}, r))) : null,
     el('dl', { class: 'stats' },
       counters.map(([f, label, hint]) => stat(label, int(b[f] || 0), { field: f.replaceAll('_', '-'), hint })),
       stat('published rate', rate(r.published), { field: 'published-rate' }),
