@@ -455,6 +455,19 @@ func printObject(w io.Writer, o map[string]any) error {
 			}
 			fmt.Fprintf(tw, "%s:\t%s\n", k, compact(v))
 		case map[string]any:
+			if k == "counters" { // one line: the counters that moved
+				var moved []string
+				for _, sub := range sortedKeys(v) {
+					if n, ok := v[sub].(float64); !ok || n != 0 {
+						moved = append(moved, sub+" "+compact(v[sub]))
+					}
+				}
+				if len(moved) == 0 {
+					moved = []string{"all 0"}
+				}
+				fmt.Fprintf(tw, "%s:\t%s\n", k, strings.Join(moved, ", "))
+				continue
+			}
 			for _, sub := range sortedKeys(v) {
 				fmt.Fprintf(tw, "%s.%s:\t%s\n", k, sub, compact(v[sub]))
 			}
@@ -477,6 +490,11 @@ func printObject(w io.Writer, o map[string]any) error {
 		}
 		names := sortedKeys(cols)
 		sort.SliceStable(names, func(i, j int) bool { return columnRank(names[i]) < columnRank(names[j]) })
+		if k == "partitions" {
+			// The columns that fit a terminal; every field is in --json,
+			// and what is wrong with a partition follows the table.
+			names = slices.DeleteFunc(names, func(c string) bool { return !slices.Contains(partitionColumns, c) })
+		}
 		fmt.Fprintf(w, "\n%s:\n", k)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, strings.ToUpper(strings.Join(names, "\t")))
@@ -485,20 +503,61 @@ func printObject(w io.Writer, o map[string]any) error {
 			vals := make([]string, len(names))
 			for i, c := range names {
 				vals[i] = compact(m[c])
+				if c == "last_sync" {
+					vals[i] = sinceText(m[c])
+				}
 			}
 			fmt.Fprintln(tw, strings.Join(vals, "\t"))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		if k == "partitions" {
+			partitionNotes(w, rows)
+		}
 	}
 	return nil
 }
 
+// partitionColumns are the partition table's columns in queue info: its
+// mode, frontiers, what a power cut could take, backlog and retention.
+var partitionColumns = []string{"index", "mode", "written_next", "durable_next", "unsynced_records",
+	"oldest_unsynced_ms", "last_sync", "messages", "ready", "in_flight", "head", "segments", "latched"}
+
+// partitionNotes prints, after the table, what is wrong with a partition:
+// a latched log's error and the ranges quarantined as corrupt.
+func partitionNotes(w io.Writer, rows []any) {
+	for _, r := range rows {
+		m, _ := r.(map[string]any)
+		idx := compact(m["index"])
+		if e, _ := m["last_error"].(string); e != "" {
+			fmt.Fprintf(w, "partition %s: %s\n", idx, e)
+		}
+		if qs, _ := m["quarantined"].([]any); len(qs) > 0 {
+			fmt.Fprintf(w, "partition %s: %d range(s) quarantined as corrupt, %s records lost: %s\n", idx, len(qs), compact(m["lost_records"]), compact(qs))
+		}
+	}
+}
+
 // columnOrder puts a partition's identity and frontiers first; other
 // columns follow in name order.
-var columnOrder = []string{"index", "partition", "name", "written_next", "durable_next", "unsynced_records",
-	"unsynced_bytes", "oldest_unsynced_ms", "last_sync", "sync_pending", "messages", "ready", "in_flight"}
+var columnOrder = []string{"index", "partition", "name", "mode", "written_next", "durable_next", "unsynced_records",
+	"unsynced_bytes", "oldest_unsynced_ms", "last_sync", "sync_pending", "messages", "ready", "in_flight",
+	"head", "segments", "latched"}
+
+// sinceText shows an RFC 3339 time as its age ("1.2s ago"), "never" for
+// none, and anything else as it is.
+func sinceText(v any) string {
+	s, ok := v.(string)
+	if !ok || s == "" {
+		return "never"
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return s
+	}
+	return time.Since(t).Round(time.Millisecond).String() + " ago"
+}
 
 // fieldOrder puts what a queue is before what it holds.
 var fieldOrder = []string{"name", "durability", "warning", "unavailable", "messages", "ready", "in_flight", "consumers", "bytes"}
