@@ -96,6 +96,12 @@ type Options struct {
 	// declarations and deletes go to the local broker and the join
 	// endpoint answers 404 not_clustered.
 	ClusterOps ClusterOps
+	// HistoryInterval is how often the server's owner calls Sample, as
+	// the history endpoints report it. Default DefaultHistoryInterval.
+	HistoryInterval time.Duration
+	// HistorySamples is how many samples each queue's ring keeps. Default
+	// DefaultHistorySamples (an hour at 5 s).
+	HistorySamples int
 }
 
 // Validate reports options that cannot work.
@@ -142,6 +148,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Version == "" {
 		o.Version = buildVersion()
+	}
+	if o.HistoryInterval <= 0 {
+		o.HistoryInterval = DefaultHistoryInterval
+	}
+	if o.HistorySamples <= 0 {
+		o.HistorySamples = DefaultHistorySamples
 	}
 	if o.ReadHeaderTimeout == 0 {
 		o.ReadHeaderTimeout = 10 * time.Second

@@ -36,6 +36,7 @@ type Server struct {
 	handler http.Handler
 	// publishes bounds the publish bodies held at once (budget.go).
 	publishes *publishBudget
+	history   *history // the queues' recent figures (history.go)
 }
 
 // New builds the admin API for b. Serve it with Handler.
@@ -48,7 +49,7 @@ func New(b *appliance.Broker, opts Options) (*Server, error) {
 	}
 	opts = opts.withDefaults()
 	s := &Server{b: b, opts: opts, log: opts.Logger, hosts: make(map[string]struct{}),
-		publishes: newPublishBudget(opts.PublishBytesInFlight)}
+		publishes: newPublishBudget(opts.PublishBytesInFlight), history: newHistory(opts.HistorySamples)}
 	for _, h := range opts.Hosts {
 		s.hosts[normalHost(h)] = struct{}{}
 	}
@@ -119,6 +120,8 @@ func (s *Server) routes() http.Handler {
 	api("DELETE /api/queues/{name}", s.deleteQueue)
 	api("POST /api/queues/{name}/purge", s.purgeQueue)
 	api("POST /api/queues/{name}/mode", s.setMode)
+	api("GET /api/queues/{name}/history", s.getQueueHistory)
+	api("GET /api/history", s.getHistory)
 	api("POST /api/queues/{name}/messages", s.publishes.wrap(s.publish))
 	api("POST /api/queues/{name}/get", s.get)
 	api("GET /api/settings", s.getSettings)

@@ -194,6 +194,14 @@ func startNode(t *testing.T, opts admin.Options) (base, dataDir string) {
 // not nil), for tests that watch the requests it gets.
 func startNodeWith(t *testing.T, opts admin.Options, wrap func(http.Handler) http.Handler) (base, dataDir string) {
 	t.Helper()
+	base, dataDir, _ = startNodeServer(t, opts, wrap)
+	return base, dataDir
+}
+
+// startNodeServer is startNodeWith that also returns the admin server, for
+// tests that drive it (its history's Sample).
+func startNodeServer(t *testing.T, opts admin.Options, wrap func(http.Handler) http.Handler) (base, dataDir string, srv *admin.Server) {
+	t.Helper()
 	metrics := admin.NewMetrics()
 	quiet := slog.New(slog.DiscardHandler)
 	dataDir = t.TempDir()
@@ -208,7 +216,7 @@ func startNodeWith(t *testing.T, opts admin.Options, wrap func(http.Handler) htt
 		}
 	})
 	opts.UI, opts.Metrics, opts.Logger = Handler(), metrics, quiet
-	srv, err := admin.New(b, opts)
+	srv, err = admin.New(b, opts)
 	if err != nil {
 		t.Fatalf("admin server: %v", err)
 	}
@@ -218,7 +226,7 @@ func startNodeWith(t *testing.T, opts admin.Options, wrap func(http.Handler) htt
 	}
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
-	return hs.URL, dataDir
+	return hs.URL, dataDir, srv
 }
 
 func publish(t *testing.T, base, queue, body string) {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"time"
 
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/appliance/admin"
@@ -135,6 +136,34 @@ func listenerTLS(certFile, keyFile string) (*tls.Config, error) {
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
 		CipherSuites: federation.AEADSuites}, nil
+}
+
+// sampleHistory samples the queues' figures for the admin API's history
+// every admin.DefaultHistoryInterval until the returned stop is called.
+func (a *adminServer) sampleHistory() (stop func()) {
+	if a.api == nil {
+		return func() {}
+	}
+	t := time.NewTicker(admin.DefaultHistoryInterval)
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	a.api.Sample(time.Now())
+	go func() {
+		defer close(ended)
+		for {
+			select {
+			case now := <-t.C:
+				a.api.Sample(now)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		t.Stop()
+		close(done)
+		<-ended
+	}
 }
 
 // shutdown ends the requests in progress (a get waiting for messages

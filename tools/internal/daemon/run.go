@@ -164,6 +164,7 @@ func RunReloading(ctx context.Context, cfg Config, log *slog.Logger, reload Relo
 	runningUp.Store(uplinks)
 	notify(log, sdnotify.StateReady) // every queue log recovered, listeners bound
 	stopWatchdog := startWatchdog(b.Healthy, log)
+	stopHistory := adm.sampleHistory()
 
 	var runErr error
 	targets := reloadTargets{srv: srv, adm: adm, level: reload.Level}
@@ -187,6 +188,7 @@ func RunReloading(ctx context.Context, cfg Config, log *slog.Logger, reload Relo
 	}
 	notify(log, sdnotify.StateStopping)
 	stopWatchdog()
+	stopHistory()
 	uplinks.stop() // before the server: they ack through it
 	bridges.stop() // before the server: they ack and nack through it
 	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)

@@ -93,6 +93,10 @@ export async function cluster() {
 
 export const putSettings = s => request('PUT', 'api/settings', s);
 
+// history is a queue's recent samples ({interval_ms, samples}); without a
+// name, the node's.
+export const history = name => get(name ? 'api/queues/' + encodeURIComponent(name) + '/history' : 'api/history');
+
 // purge discards a queue's ready messages: {queue, purged}.
 export const purge = name => request('POST', 'api/queues/' + encodeURIComponent(name) + '/purge');
 

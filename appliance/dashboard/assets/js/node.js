@@ -6,6 +6,7 @@ import { el, kv, nodes, stat } from './dom.js';
 import * as api from './api.js';
 import { int, bytes, ms, ago, parseTime } from './format.js';
 import { scrape } from './metrics.js';
+import { historyCharts } from './charts.js';
 
 export function nodePage(root, rates) {
   return {
@@ -14,7 +15,7 @@ export function nodePage(root, rates) {
     title: 'Node',
     live: true,
     async refresh() {
-      const [list, m, n] = await Promise.all([api.queues(), scrape(), api.node()]);
+      const [list, m, n, h] = await Promise.all([api.queues(), scrape(), api.node(), api.history().catch(() => null)]);
       const now = performance.now();
       const cpu = n?.process?.cpu_seconds ?? (m ? m.sum('process_cpu_seconds_total') : null);
       const r = rates.update('node:process', now, typeof cpu === 'number' ? { cpu } : {});
@@ -24,6 +25,7 @@ export function nodePage(root, rates) {
           'This node serves no /api/node, so its disk figures are not available here.'),
         m ? null : el('p', { class: 'warning', 'data-field': 'no-metrics' },
           'This node serves no /metrics, so sync latency and log storage figures are not available here; the totals below come from /api/queues.'),
+        h ? historyCharts(h) : null,
         n ? diskSection(n) : null,
         m ? section('Sync', 'fdatasync: what turns written into durable', syncFigures(m)) : null,
         m ? section('Latency', null, latencyFigures(m)) : null,

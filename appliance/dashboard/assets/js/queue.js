@@ -6,6 +6,7 @@ import * as api from './api.js';
 import { int, ms, bytes, ago } from './format.js';
 import { card, counterValues } from './queuecard.js';
 import { scrape } from './metrics.js';
+import { historyCharts } from './charts.js';
 
 export function queuePage(root, rates, name) {
   // The action being confirmed ('purge' or 'mode') and the last result,
@@ -18,9 +19,9 @@ export function queuePage(root, rates, name) {
     title: name,
     live: true,
     async refresh() {
-      let q, m;
+      let q, m, h;
       try {
-        [q, m] = await Promise.all([api.queue(name), scrape().catch(() => null)]);
+        [q, m, h] = await Promise.all([api.queue(name), scrape().catch(() => null), api.history(name).catch(() => null)]);
       } catch (e) {
         if (e.status === 404) {
           root.replaceChildren(el('h1', {}, name), el('p', { class: 'error' }, 'No such queue.'), el('a', { href: '#/queues' }, 'All queues'));
@@ -35,6 +36,7 @@ export function queuePage(root, rates, name) {
         el('p', {}, el('a', { href: '#/queues' }, '← all queues')),
         card(q, r, { link: false }),
         modeChange(q),
+        h ? historyCharts(h) : null,
         actions(q),
         el('h2', {}, 'Counters ', el('small', {}, 'since the broker started')),
         kv(counters),
