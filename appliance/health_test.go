@@ -3,27 +3,16 @@ package appliance
 import (
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 // Healthy holds while the logs work and fails, for good, once a failed
 // segment sync latches one.
 func TestHealthyFailsWhenALogLatches(t *testing.T) {
 	ctx := testCtx(t)
-	var failSync atomic.Bool
-	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
-		switch op.Kind {
-		case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
-			if failSync.Load() && strings.HasSuffix(op.Path, ".seg") {
-				return errors.New("injected sync failure")
-			}
-		}
-		return nil
-	}))
+	fs, failSync := segmentSyncFailures(vfs.NewMem())
 	b := openBroker(t, fs, "data", Options{Logger: quietLogger()})
 	declare(t, ctx, b, QueueConfig{Name: "orders", Durability: Durable, Partitions: 2})
 	publish(t, ctx, b, "orders", Message{Body: body(1)})

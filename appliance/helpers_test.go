@@ -3,16 +3,20 @@ package appliance
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"github.com/fibril-edge/fibril/internal/await"
-	"github.com/fibril-edge/fibril/internal/syncprobe"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/fibril-edge/fibril/internal/await"
+	"github.com/fibril-edge/fibril/internal/syncprobe"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 func testCtx(t testing.TB) context.Context {
@@ -155,4 +159,19 @@ func newSyncProbe(fs vfs.FS) (*syncprobe.Probe, vfs.FS) {
 // newSyncProbeFor gates the syncs of the files match picks.
 func newSyncProbeFor(fs vfs.FS, match func(path string) bool) (*syncprobe.Probe, vfs.FS) {
 	return syncprobe.New(fs, match)
+}
+
+// segmentSyncFailures wraps fs so that every sync of a segment file fails
+// while the returned switch is on.
+func segmentSyncFailures(fs vfs.FS) (vfs.FS, *atomic.Bool) {
+	var on atomic.Bool
+	return errorfs.Wrap(fs, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		switch op.Kind {
+		case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+			if on.Load() && strings.HasSuffix(op.Path, ".seg") {
+				return errors.New("injected sync failure")
+			}
+		}
+		return nil
+	})), &on
 }

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 // modeConfirm is what a publisher was told about one message.
@@ -152,16 +151,7 @@ func TestModeChangeUnderLoadThenPowerCut(t *testing.T) {
 // the other mode still conflicts.
 func TestModeChangeFencing(t *testing.T) {
 	ctx := testCtx(t)
-	var failSync atomic.Bool
-	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
-		switch op.Kind {
-		case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
-			if failSync.Load() && strings.HasSuffix(op.Path, ".seg") {
-				return errors.New("injected sync failure")
-			}
-		}
-		return nil
-	}))
+	fs, failSync := segmentSyncFailures(vfs.NewMem())
 	b := openBroker(t, fs, "data", Options{Logger: quietLogger()})
 	defer b.Close()
 	declare(t, ctx, b, QueueConfig{Name: "q", Durability: Buffered})
