@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -97,6 +98,34 @@ func completeQueues(ctx context.Context, args []string, stdout io.Writer) int {
 	return exitOK
 }
 
+// flagPattern finds the flags a command's help lists ("-f, --force").
+var flagPattern = regexp.MustCompile(`(?m)^\s+(?:(-[a-zA-Z]), )?(--[a-z][a-z0-9-]*)`)
+
+// commandFlags are the flags of each command, read from its own --help
+// (so the scripts list exactly what each command parses), by path.
+func commandFlags() map[string][]string {
+	out := map[string][]string{}
+	for _, c := range commands {
+		var help strings.Builder
+		_ = c.run(context.Background(), []string{"--help"}, &help, io.Discard)
+		var flags []string
+		add := func(f string) {
+			if !slices.Contains(flags, f) {
+				flags = append(flags, f)
+			}
+		}
+		for _, m := range flagPattern.FindAllStringSubmatch(help.String(), -1) {
+			if m[1] != "" {
+				add(m[1])
+			}
+			add(m[2])
+		}
+		add("--help")
+		out[strings.Join(c.path, " ")] = flags
+	}
+	return out
+}
+
 func writeBashCompletion(w io.Writer, tree map[string][]string) error {
 	prefixes := make([]string, 0, len(tree))
 	for p := range tree {
@@ -109,6 +138,19 @@ func writeBashCompletion(w io.Writer, tree map[string][]string) error {
 	b.WriteString("  for ((i = 1; i < COMP_CWORD; i++)); do\n")
 	b.WriteString("    w=${COMP_WORDS[i]}\n    [[ $w == -* ]] && continue\n")
 	b.WriteString("    path=\"${path:+$path }$w\"\n  done\n")
+	// A word starting with '-' completes the command's own flags.
+	flags := commandFlags()
+	paths := make([]string, 0, len(flags))
+	for p := range flags {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	b.WriteString("  if [[ $cur == -* ]]; then\n    local flags=\"--help\"\n    case \"$path\" in\n")
+	for _, p := range paths {
+		// The command's words, then any arguments: "queue purge clicks".
+		fmt.Fprintf(&b, "      %q|%q*) flags=%q ;;\n", p, p+" ", strings.Join(flags[p], " "))
+	}
+	b.WriteString("    esac\n    COMPREPLY=($(compgen -W \"$flags\" -- \"$cur\"))\n    return\n  fi\n")
 	b.WriteString("  local words=\"\"\n  case \"$path\" in\n")
 	for _, p := range prefixes {
 		fmt.Fprintf(&b, "    %q) words=%q ;;\n", p, strings.Join(tree[p], " "))
@@ -147,6 +189,20 @@ func writeFishCompletion(w io.Writer, tree map[string][]string) error {
 			}
 			desc := summaries[strings.TrimSpace(p+" "+word)]
 			fmt.Fprintf(&b, "complete -c fibril -n %q -a %q -d %q\n", cond, word, desc)
+		}
+	}
+	flags := commandFlags()
+	paths := make([]string, 0, len(flags))
+	for p := range flags {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		cond := fmt.Sprintf("test (string join ' ' (commandline -opc)[2..] | string replace -ra ' ?-[^ ]*' '') = %q", p)
+		for _, f := range flags[p] {
+			if long, ok := strings.CutPrefix(f, "--"); ok {
+				fmt.Fprintf(&b, "complete -c fibril -n %q -l %s\n", cond, long)
+			}
 		}
 	}
 	for _, p := range queueArgCommands {

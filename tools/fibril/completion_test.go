@@ -21,14 +21,17 @@ func TestCompletion(t *testing.T) {
 		// The script must parse and complete "fibril queue i" to "info".
 		script := r.stdout + `
 COMP_WORDS=(fibril queue i); COMP_CWORD=2; _fibril; echo "${COMPREPLY[*]}"
-COMP_WORDS=(fibril lo); COMP_CWORD=1; _fibril; echo "${COMPREPLY[*]}"`
+COMP_WORDS=(fibril lo); COMP_CWORD=1; _fibril; echo "${COMPREPLY[*]}"
+COMP_WORDS=(fibril queue purge clicks --f); COMP_CWORD=4; _fibril; echo "${COMPREPLY[*]}"
+COMP_WORDS=(fibril pub --co); COMP_CWORD=2; _fibril; echo "${COMPREPLY[*]}"`
 		out, err := exec.Command(bash, "-c", script).CombinedOutput()
-		if err != nil || string(out) != "info\nlog\n" {
+		if err != nil || string(out) != "info\nlog\n--force\n--count\n" {
 			t.Fatalf("bash ran the script: %v\n%s", err, out)
 		}
 	}
 	runCLI("completion", "zsh").want(t, 0, "bashcompinit", "")
 	runCLI("completion", "fish").want(t, 0, `-a "verify" -d "check segment logs offline`, "")
+	runCLI("completion", "fish").want(t, 0, `\"queue purge\"" -l force`, "")
 	runCLI("completion", "tcsh").want(t, 2, "", "unknown shell")
 	runCLI("completion").want(t, 2, "", "want one shell")
 }
