@@ -38,9 +38,6 @@ func (s *Set) Replace(tokens []string) {
 // Empty reports whether no token is set: the port asks for none.
 func (s *Set) Empty() bool { return len(*s.digests.Load()) == 0 }
 
-// Len is the number of tokens.
-func (s *Set) Len() int { return len(*s.digests.Load()) }
-
 // Match reports whether token is one of the set, in constant time.
 func (s *Set) Match(token string) bool {
 	got := sha256.Sum256([]byte(token))

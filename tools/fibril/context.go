@@ -219,7 +219,28 @@ func validContextName(name string) error {
 
 // runContextUse is "fibril context use".
 func runContextUse(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := pflag.NewFlagSet("fibril context use", pflag.ContinueOnError)
+	return changeContexts("use", args, stdout, func(f *contextFile, name string) string {
+		f.Current = name
+		return "using context " + name
+	})
+}
+
+// runContextRm is "fibril context rm".
+func runContextRm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return changeContexts("rm", args, stdout, func(f *contextFile, name string) string {
+		delete(f.Contexts, name)
+		if f.Current == name {
+			f.Current = ""
+		}
+		return "removed context " + name
+	})
+}
+
+// changeContexts runs "fibril context VERB NAME": it applies change to
+// the file, for a context that exists, saves it and prints what change
+// says it did.
+func changeContexts(verb string, args []string, stdout io.Writer, change func(f *contextFile, name string) string) error {
+	fs := pflag.NewFlagSet("fibril context "+verb, pflag.ContinueOnError)
 	if done, err := parseFlags(fs, contextHelp, args, stdout); done || err != nil {
 		return err
 	}
@@ -234,39 +255,11 @@ func runContextUse(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if _, ok := f.Contexts[name]; !ok {
 		return withExit(exitNotFound, fmt.Errorf("no context %q (fibril context ls lists them)", name))
 	}
-	f.Current = name
+	did := change(&f, name)
 	if err := f.save(path); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "using context %s\n", name)
-	return err
-}
-
-// runContextRm is "fibril context rm".
-func runContextRm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := pflag.NewFlagSet("fibril context rm", pflag.ContinueOnError)
-	if done, err := parseFlags(fs, contextHelp, args, stdout); done || err != nil {
-		return err
-	}
-	if err := wantArgs(fs, 1, 1, "NAME"); err != nil {
-		return err
-	}
-	name := fs.Arg(0)
-	f, path, err := loadContexts()
-	if err != nil {
-		return err
-	}
-	if _, ok := f.Contexts[name]; !ok {
-		return withExit(exitNotFound, fmt.Errorf("no context %q", name))
-	}
-	delete(f.Contexts, name)
-	if f.Current == name {
-		f.Current = ""
-	}
-	if err := f.save(path); err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(stdout, "removed context %s\n", name)
+	_, err = fmt.Fprintln(stdout, did)
 	return err
 }
 
