@@ -350,7 +350,7 @@ func (b *Broker) DeleteQueue(ctx context.Context, name string) error {
 			}
 		}
 	}
-	if !b.solo() {
+	if !b.solo() && !b.keptAsSolo(name) {
 		if err := b.meta.deleteQueue(name); err != nil {
 			return err
 		}

@@ -49,6 +49,14 @@ func (b *Broker) queuesDir() string { return b.opts.FS.PathJoin(b.opts.DataDir, 
 // cluster's logs live where the cluster puts them).
 func (b *Broker) solo() bool { return b.opts.LogDir == nil }
 
+// keptAsSolo reports whether a cluster node keeps queue name's logs where
+// a solo broker keeps them: a queue it served solo and kept out of the
+// cluster (a name clash when it joined). Its deletion removes them, as a
+// solo broker's does.
+func (b *Broker) keptAsSolo(name string) bool {
+	return b.opts.LogDir != nil && b.opts.LogDir(name, 0) == b.opts.FS.PathJoin(b.queueDir(name), "0")
+}
+
 // saveDeclaration records cfg in the metadata store and, on a solo
 // broker, mirrors it into the queue's QUEUE file. The store comes first:
 // a crash between the two leaves a mirror that the next open rewrites.

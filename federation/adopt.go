@@ -28,6 +28,24 @@ import (
 // they are: nothing is merged. Adopt may be called again after a crash
 // part way: a partition already moved is left as it is.
 func (c *Cluster) Adopt(ctx context.Context, cfg appliance.QueueConfig, partDirs []string) error {
+	if err := c.declareAdopted(ctx, cfg); err != nil {
+		return err
+	}
+	if err := c.moveAdoptedLogs(cfg.Name, partDirs); err != nil {
+		return err
+	}
+	// Seen declared by this very process: the broker's open writes at
+	// epoch 1 without a recovery, as for any queue this node just
+	// declared. (After a restart part way the open goes through one.)
+	c.mayServe(c.node.State(), cfg.Name)
+	return nil
+}
+
+// declareAdopted waits until this node is a member, then declares cfg
+// cluster-wide with this node as its owner (control.OpAdopt) and waits
+// until it applied the declaration. A name the cluster has otherwise is
+// appliance.ErrConflict.
+func (c *Cluster) declareAdopted(ctx context.Context, cfg appliance.QueueConfig) error {
 	me := c.node.opts.ID
 	if err := c.node.waitFor(ctx, func(s *control.State) bool { _, ok := s.Members[me]; return ok }); err != nil {
 		return fmt.Errorf("queue %s joins the cluster with this node, which is not a member yet: %w", cfg.Name, err)
@@ -39,17 +57,18 @@ func (c *Cluster) Adopt(ctx context.Context, cfg appliance.QueueConfig, partDirs
 	if err := c.node.waitFor(ctx, func(s *control.State) bool { return s.Queues[cfg.Name].AdoptedFrom == me }); err != nil {
 		return fmt.Errorf("bring queue %s into the cluster: %w", cfg.Name, err)
 	}
+	return nil
+}
+
+// moveAdoptedLogs moves an adopted queue's partitions' logs, the
+// directories in partDirs, to where this node keeps the logs it owns.
+func (c *Cluster) moveAdoptedLogs(name string, partDirs []string) error {
 	for part, src := range partDirs {
-		if err := c.moveAdopted(src, c.logDir(cfg.Name, part)); err != nil {
-			return fmt.Errorf("queue %s partition %d: %w", cfg.Name, part, err)
+		if err := c.moveAdopted(src, c.logDir(name, part)); err != nil {
+			return fmt.Errorf("queue %s partition %d: %w", name, part, err)
 		}
 	}
-	// Seen declared by this very process: the broker's open writes at
-	// epoch 1 without a recovery, as for any queue this node just
-	// declared. (After a restart part way the open goes through one.)
-	c.mayServe(c.node.State(), cfg.Name)
-	c.log.Info("queue joined the cluster with its messages", "queue", cfg.Name, "partitions", len(partDirs),
-		"incarnation", r.Queue.Incarnation)
+	c.log.Info("queue joined the cluster with its messages", "queue", name, "partitions", len(partDirs))
 	return nil
 }
 

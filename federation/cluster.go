@@ -77,6 +77,9 @@ type Cluster struct {
 	proxyMu sync.Mutex                  // guards proxies
 	proxies map[*proxyConsumer]struct{} // subscriptions this node consumes on an owner (consume.go)
 
+	localMu sync.Mutex            // guards local
+	local   map[string]LocalQueue // queues kept out of the cluster (local.go)
+
 	fo              *failover // recoveries (failover.go)
 	failoverTimeout time.Duration
 
@@ -97,7 +100,7 @@ func OpenCluster(o ClusterOptions) (*Cluster, error) {
 	}
 	c := &Cluster{log: logger.With("node", o.Node.ID), owned: map[string]*ownedPartition{},
 		declared: map[string]uint64{}, nodeSet: make(chan struct{}), bound: make(chan struct{}), stop: make(chan struct{}),
-		forwardOpts: o.Forward, forward: map[string]*client.Client{}, forwarders: map[string]*queueForwarder{}, proxies: map[*proxyConsumer]struct{}{}, replicaDir: o.ReplicaDir, replicaFS: o.ReplicaFS,
+		forwardOpts: o.Forward, forward: map[string]*client.Client{}, forwarders: map[string]*queueForwarder{}, proxies: map[*proxyConsumer]struct{}{}, local: map[string]LocalQueue{}, replicaDir: o.ReplicaDir, replicaFS: o.ReplicaFS,
 		fo: newFailover(), failoverTimeout: o.FailoverTimeout}
 	if c.failoverTimeout <= 0 {
 		c.failoverTimeout = DefaultFailoverTimeout
@@ -124,8 +127,14 @@ func OpenCluster(o ClusterOptions) (*Cluster, error) {
 }
 
 // LogDir is the broker's appliance.Options.LogDir for this node: a log it
-// owns lives where its copy of the partition would (failover.go).
-func (c *Cluster) LogDir(queue string, partition int) string { return c.logDir(queue, partition) }
+// owns lives where its copy of the partition would (failover.go); a
+// queue kept local stays where the solo node kept it (local.go).
+func (c *Cluster) LogDir(queue string, partition int) string {
+	if dir, ok := c.localDir(queue, partition); ok {
+		return dir
+	}
+	return c.logDir(queue, partition)
+}
 
 // Node is the control-plane node.
 func (c *Cluster) Node() *Node { return c.node }
@@ -141,8 +150,9 @@ func (c *Cluster) Bind(b *appliance.Broker) {
 	c.mu.Unlock()
 	close(c.bound)
 	c.SettingsChanged(b.Settings())
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go c.syncQueues()
+	go c.adoptPending()
 }
 
 var _ appliance.SettingsObserver = (*Cluster)(nil)
@@ -206,6 +216,10 @@ func (c *Cluster) serve(st *control.State, name string) error {
 	as := st.Assignments[name]
 	if !ok || len(as) == 0 || as[0].Owner != c.node.opts.ID {
 		return nil
+	}
+	if c.isLocal(name) {
+		return fmt.Errorf("%w: the cluster placed queue %s on this node, which keeps a local queue of that name; delete the local one to serve the cluster's",
+			appliance.ErrConflict, name)
 	}
 	c.serveMu.Lock()
 	defer c.serveMu.Unlock()
@@ -295,6 +309,9 @@ func (c *Cluster) boundBroker() *appliance.Broker {
 // down) is deleted from the broker. An unknown queue is
 // control.ErrUnknownQueue (appliance.ErrNotFound).
 func (c *Cluster) DeleteQueue(ctx context.Context, name string) error {
+	if c.isLocal(name) {
+		return c.deleteLocalQueue(ctx, name)
+	}
 	var inc uint64
 	c.node.read(func(s *control.State) { inc = s.Queues[name].Incarnation })
 	if err := c.node.DeleteQueue(ctx, name); err != nil {
@@ -319,6 +336,9 @@ func (c *Cluster) DeleteQueue(ctx context.Context, name string) error {
 // default for its mode). When this node owns it, the local broker serves
 // it on return.
 func (c *Cluster) DeclarePolicy(ctx context.Context, cfg appliance.QueueConfig, policy string) (control.Queue, bool, error) {
+	if c.isLocal(cfg.Name) {
+		return c.declareLocal(ctx, cfg)
+	}
 	q, created, err := c.node.Declare(ctx, cfg, policy)
 	if err != nil {
 		return q, created, err
@@ -358,6 +378,9 @@ func ownedKey(queue string, partition int) string { return queue + "/" + strconv
 // partition then waits for it: nothing is confirmed or delivered, and
 // retention removes nothing, until the assignment says which copies count.
 func (c *Cluster) Attach(queue string, partition int, cfg appliance.QueueConfig, log *wal.Log) appliance.ReplicaGate {
+	if c.isLocal(queue) {
+		return nil // replicated nowhere: it confirms as a solo node's
+	}
 	op := &ownedPartition{c: c, queue: queue, partition: partition, key: ownedKey(queue, partition),
 		durability: cfg.Durability, log: log, ready: make(chan struct{}), done: make(chan struct{}), fencedCh: make(chan struct{})}
 	op.history, op.dir = c.beginInstance(queue, partition, log)

@@ -473,7 +473,7 @@ func (c *Cluster) install(st *control.State, name string) error {
 // keeping its logs: they are this node's copies now.
 func (c *Cluster) releaseLocal(name, why string) error {
 	b := c.boundBroker()
-	if b == nil {
+	if b == nil || c.isLocal(name) {
 		return nil
 	}
 	if _, err := b.QueueInfo(name); errors.Is(err, appliance.ErrNotFound) {

@@ -28,7 +28,19 @@ const lookupWait = 2 * time.Second
 //
 // A queue being recovered waits up to recoveryWait for its new owner, and
 // a queue this node was just installed to own, for the broker to open it.
+// A queue this node keeps local (local.go) is its own; one it hands over
+// to the cluster waits, up to recoveryWait, for the hand-over.
 func (c *Cluster) Owner(queue string) (id, addr string, ok bool) {
+	if c.isLocal(queue) {
+		return "", "", false // this node serves its own
+	}
+	if moved := c.handingOver(queue); moved != nil {
+		select { // this node hands its own over to the cluster (local.go)
+		case <-moved:
+		case <-time.After(recoveryWait):
+		case <-c.stop:
+		}
+	}
 	known, settled := false, true
 	lookup := func(s *control.State) {
 		as, found := s.Assignments[queue]

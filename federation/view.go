@@ -55,5 +55,8 @@ func (c *Cluster) View() admin.ClusterView {
 		v.Queues = append(v.Queues, qv)
 	}
 	sort.Slice(v.Queues, func(i, j int) bool { return v.Queues[i].Name < v.Queues[j].Name })
+	for _, q := range c.LocalQueues() {
+		v.LocalQueues = append(v.LocalQueues, admin.LocalQueue{Name: q.Name, Reason: q.Reason, Joining: q.Joining})
+	}
 	return v
 }

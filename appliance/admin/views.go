@@ -23,6 +23,20 @@ type ClusterView struct {
 	// newer ones (a flood).
 	Handshaking       int    `json:"handshaking"`
 	HandshakesEvicted uint64 `json:"handshakes_evicted"`
+	// LocalQueues are the queues this node served solo and serves,
+	// unreplicated, outside the cluster: until this node is a member, or,
+	// for good, because the cluster has a queue of the same name (until
+	// the operator decides).
+	LocalQueues []LocalQueue `json:"local_queues,omitempty"`
+}
+
+// LocalQueue is a queue a node keeps out of the cluster, and why.
+type LocalQueue struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+	// Joining: it joins the cluster once this node is a member; false
+	// for a name clash, which stays until the operator decides.
+	Joining bool `json:"joining,omitempty"`
 }
 
 // Member is one member of the cluster.

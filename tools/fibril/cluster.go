@@ -29,7 +29,10 @@ const clusterJoinHelp = `Usage: fibril cluster join PEER [flags]
 Asks the node behind the admin API to join the cluster that the node at
 PEER (its cluster address, host:port) belongs to (POST /api/cluster/join).
 The node must run with [cluster] listen set; a voter is added to the
-control plane's votes, a non_voter only to the member list.
+control plane's votes, a non_voter only to the member list. Queues the
+node served solo join the cluster with their messages once it is a
+member; one whose name the cluster already has stays local (fibril
+cluster status lists it).
 `
 
 // runClusterStatus is "fibril cluster status".
@@ -98,6 +101,13 @@ func printClusterView(w io.Writer, v admin.ClusterView) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, q := range v.LocalQueues {
+		state := "served by this node alone, not replicated"
+		if q.Joining {
+			state = "served by this node alone until it joins"
+		}
+		fmt.Fprintf(w, "local queue %s: %s: %s\n", q.Name, state, q.Reason)
 	}
 	for _, q := range v.Queues {
 		if f := q.LastFailover; f != nil {
