@@ -209,6 +209,71 @@ func TestLatchedOwnerFailsOver(t *testing.T) {
 	nodes.copiesHold(t, "l", (*wal.Log).DurableNext, want, "confirmed record %d missing or changed on a copy after the recovery")
 }
 
+// A follower's copy of a buffered queue latches (its background fsync
+// fails) after acknowledging as written records the owner confirmed on
+// the two of them (the other follower's disk refused writes): its written
+// end falls back to its last sync, below what it acknowledged. Then the
+// owner is lost, with no power cut anywhere. The latched copy is no
+// witness for what it lost: the recovery does not install on the two
+// followers, which lack the confirmed records, but waits for the old
+// owner, and nothing confirmed is lost.
+func TestLatchedFollowerIsNoWitnessForWhatItLost(t *testing.T) {
+	nodes := startNodes(t, 3, nodeOptions{})
+	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "lf", Durability: appliance.Buffered}, "replica_buffered:2")
+	a := nodes.assignments(t, "lf")[0]
+	fa, fb := nodes[a.Followers[0]], nodes[a.Followers[1]]
+	setInterval := func(ms int) {
+		t.Helper()
+		s := fa.broker.Settings()
+		s.BackgroundSyncIntervalMs = ms
+		if err := fa.broker.UpdateSettings(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publishN(t, owner.broker, "lf", "synced", 10)
+	nodes.copiesMatch(t, "lf", (*wal.Log).DurableNext)
+
+	// fb takes nothing more; fa writes what it is pushed and syncs none of it.
+	fb.copyFault.Arm(fb.cluster.LogDir("lf", 0))
+	setInterval(0)
+	publishN(t, owner.broker, "lf", "confirmed", 20)
+	ol, _ := owner.cluster.OwnerLog("lf", 0)
+	want := waltest.Records(t, ol, ol.WrittenNext())
+	l, ok := fa.cluster.Follower().Log("lf", 0)
+	if !ok {
+		t.Fatalf("%s has no copy", fa.id)
+	}
+	if w, d := l.WrittenNext(), l.DurableNext(); w < uint64(len(want)) || d >= w {
+		t.Fatalf("%s's copy written to %d and durable to %d: want all %d confirmed records written, not all synced",
+			fa.id, w, d, len(want))
+	}
+	fa.copySync.Arm(fa.cluster.LogDir("lf", 0))
+	setInterval(10)
+	select {
+	case <-l.Latched():
+	case <-time.After(time.Minute):
+		t.Fatalf("%s's copy did not latch on its failing background sync", fa.id)
+	}
+
+	owner.close()
+	fb.copyFault.Disarm()
+	await.Within(t, time.Minute, "both followers to seal, or an owner to be installed", func() bool {
+		as := fa.cluster.Node().State().Assignments["lf"]
+		return len(as) > 0 && as[0].Epoch > a.Epoch && (!as[0].Sealing || len(as[0].Seals) == 2)
+	})
+	as := fa.cluster.Node().State().Assignments["lf"][0]
+	if !as.Sealing || as.Witnesses(appliance.Buffered) >= as.SealsNeeded() {
+		t.Fatalf("recovery without the old owner, the only copy left with every confirmed record: "+
+			"sealing %v, %d witnesses of %d needed, owner %s: %+v",
+			as.Sealing, as.Witnesses(appliance.Buffered), as.SealsNeeded(), as.Owner, as.Seals)
+	}
+
+	owner.restart(t)
+	next := nodes.servedAfter(t, "lf", a.Epoch)
+	publishN(t, next.broker, "lf", "after", 5)
+	nodes.copiesHold(t, "lf", (*wal.Log).WrittenNext, want, "confirmed record %d missing or changed on a copy after the recovery")
+}
+
 // Every node loses its power at once. A durable queue loses nothing it
 // confirmed; a buffered one loses only what no copy had synced: every
 // record durable on some copy before the cut is in the recovered queue,

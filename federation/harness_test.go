@@ -88,6 +88,7 @@ type clusterNode struct {
 	removed     *removals
 	fault       fault      // the broker's storage failures
 	copyFault   writeFault // the copies' failing writes
+	copySync    fault      // the copies' failing syncs
 
 	// Set while open.
 	cluster  *Cluster
@@ -115,8 +116,8 @@ func newNode(t *testing.T, id string, o nodeOptions) (n *clusterNode, ln, client
 	return n, ln, clientLn
 }
 
-// fault fails the broker's next sync of a file under a directory, once
-// (Arm): a storage failure that latches the log.
+// fault fails the next sync of a file under a directory, once (Arm): a
+// storage failure that latches the log (the broker's, or a copy's).
 type fault struct {
 	mu  sync.Mutex
 	dir string // "" while disarmed
@@ -181,7 +182,8 @@ func (n *clusterNode) useFS(fs *vfs.MemFS) {
 	n.fs, n.removed = fs, &removals{}
 	var gated vfs.FS
 	n.syncs, gated = syncprobe.New(fs, func(string) bool { return true })
-	n.replicaFS = errorfs.Wrap(errorfs.Wrap(gated, errorfs.InjectorFunc(n.removed.record)), errorfs.InjectorFunc(n.copyFault.inject))
+	n.replicaFS = errorfs.Wrap(errorfs.Wrap(gated, errorfs.InjectorFunc(n.removed.record)),
+		errorfs.Any(errorfs.InjectorFunc(n.copyFault.inject), errorfs.InjectorFunc(n.copySync.inject)))
 }
 
 // powerCut cuts the node's power: what its queues and copies had not

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/fibril-edge/fibril/wal"
@@ -50,12 +51,28 @@ func (id CopyID) String() string {
 type replica struct {
 	id  CopyID
 	log *wal.Log
+	// acked is the highest written end this copy's streams have reported
+	// to an owner since it was opened: what the owner's gate may have
+	// counted. A latch drops the log's written end back to its last sync,
+	// so a seal takes what the copy acknowledged from here (seal.go).
+	acked atomic.Uint64
 	// stream is the connection feeding the copy, and done closes when its
 	// handler has returned; removing is set (and closes once the copy is
 	// gone) while the copy is being removed. All guarded by Follower.mu.
 	stream   net.Conn
 	done     chan struct{}
 	removing chan struct{}
+}
+
+// ack records that a stream reports the copy written up to written; it
+// is called before the report goes out.
+func (r *replica) ack(written uint64) {
+	for {
+		cur := r.acked.Load()
+		if written <= cur || r.acked.CompareAndSwap(cur, written) {
+			return
+		}
+	}
 }
 
 func replicaKey(queue string, partition int) string {

@@ -191,6 +191,7 @@ func (f *Follower) Serve(c net.Conn) {
 		}
 	}
 	hello := Position{Written: log.WrittenNext(), Durable: log.DurableNext()}
+	r.ack(hello.Written)
 	if err := w.send(hello); err != nil {
 		return
 	}
@@ -201,8 +202,8 @@ func (f *Follower) Serve(c net.Conn) {
 	wg.Add(4)
 	go func() { defer wg.Done(); f.checkAppends(c, w, completions, &pullOwed) }()
 	go func() { defer wg.Done(); f.liveAt(ctx, r.id, log, h.End) }()
-	go func() { defer wg.Done(); f.watch(ctx, w, log, hello, false, "") }()
-	go func() { defer wg.Done(); f.watch(ctx, w, log, hello, true, dir) }()
+	go func() { defer wg.Done(); f.watch(ctx, w, r, log, hello, false, "") }()
+	go func() { defer wg.Done(); f.watch(ctx, w, r, log, hello, true, dir) }()
 	// On return: no more appends, stop the watcher, wait for both.
 	defer wg.Wait()
 	defer cancel()
@@ -401,9 +402,13 @@ func (f *Follower) checkAppends(c net.Conn, w *frameWriter, appends <-chan pendi
 // as records reach the operating system, durable when a sync completes,
 // each in its own field, whatever the queue's mode.
 //
+// Every written end it reports is first recorded as r's acknowledged end
+// (replica.acked): the owner's gate counts it, whatever the log's written
+// end later falls back to.
+//
 // The durable watcher also clears a catch-up marker in catchUpDir once the
 // copy is durable as far as it says (seal.go).
-func (f *Follower) watch(ctx context.Context, w *frameWriter, log *wal.Log, sent Position, durable bool, catchUpDir string) {
+func (f *Follower) watch(ctx context.Context, w *frameWriter, r *replica, log *wal.Log, sent Position, durable bool, catchUpDir string) {
 	pick := func(p Position) uint64 {
 		if durable {
 			return p.Durable
@@ -429,6 +434,7 @@ func (f *Follower) watch(ctx context.Context, w *frameWriter, log *wal.Log, sent
 				catchUpDir = ""
 			}
 		}
+		r.ack(p.Written)
 		if err := w.send(p); err != nil {
 			return
 		}

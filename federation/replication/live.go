@@ -21,8 +21,12 @@ import (
 // at the stream's start (everything the owner had then, and so everything
 // it had confirmed), and when this node is installed as its owner
 // (MarkLive: the owner writes every record itself). It stops being live
-// when it latches, is cut back, or an open finds it damaged (MarkCut,
-// NoteOpened).
+// when its owner's log latches (watchLatch), when it is reopened after a
+// latch or cut back, or an open finds it damaged (MarkCut, NoteOpened).
+// A follower's copy that latched while following is thus still live when
+// its seal begins: the seal reports the written end its streams had
+// acknowledged (replica.acked), which the latch did not lower, so the
+// copy counts only while another sealed copy holds what it lost.
 //
 // What a crash of the process leaves is still live: the records it had
 // written are in the page cache or on disk. What a power loss, a reboot,

@@ -119,7 +119,11 @@ func (f *Follower) Seal(ctx context.Context, id CopyID, epoch uint64) (SealResul
 		return SealResult{}, fmt.Errorf("seal %s: %w", id, err)
 	}
 	defer f.detach(r, done)
-	live, acked := f.isLive(id), r.log.WrittenNext()
+	// What the copy acknowledged written is what its streams reported:
+	// a log that latched before the seal (a failed background sync or
+	// write) has dropped its written end back to its last sync already,
+	// and would report no loss at all.
+	live, acked := f.isLive(id), max(r.log.WrittenNext(), r.acked.Load())
 	seal := func() error {
 		if err := r.log.Seal(ctx, epoch); err != nil && !errors.Is(err, wal.ErrEpochNotAdvanced) {
 			return err
@@ -159,7 +163,10 @@ func (f *Follower) Seal(ctx context.Context, id CopyID, epoch uint64) (SealResul
 // reopen closes r's log and opens it again (its stream is r's caller's),
 // after cut when one is given.
 func (f *Follower) reopen(r *replica, cut func() error) error {
+	// The copy is cut until a stream makes it live again; what it
+	// acknowledged before no longer speaks for it.
 	f.MarkCut(r.id)
+	r.acked.Store(0)
 	_ = r.log.Close()
 	if cut != nil {
 		if err := cut(); err != nil {
