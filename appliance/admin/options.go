@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -83,6 +85,9 @@ type Options struct {
 	// Uplinks reports the uplinks running beside the broker, for GET
 	// /api/uplinks (rendered as JSON as they are). Default nil: none.
 	Uplinks func() any
+	// Collectors are exported at /metrics beside the broker's own (the
+	// uplinks' fibril_uplink_ metrics). Default none.
+	Collectors []prometheus.Collector
 	// Cluster reports the cluster as this node sees it (members, leader,
 	// assignments, followers' progress), for GET /api/cluster, the
 	// fibril_cluster_ and fibril_replica_ metrics and the dashboard's

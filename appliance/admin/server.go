@@ -68,6 +68,11 @@ func New(b *appliance.Broker, opts Options) (*Server, error) {
 			return nil, fmt.Errorf("admin: register metrics: %w", err)
 		}
 	}
+	for _, c := range opts.Collectors {
+		if err := s.reg.Register(c); err != nil {
+			return nil, fmt.Errorf("admin: register metrics: %w", err)
+		}
+	}
 	if opts.Cluster != nil {
 		if err := s.reg.Register(clusterCollector{view: opts.Cluster}); err != nil {
 			return nil, fmt.Errorf("admin: register metrics: %w", err)

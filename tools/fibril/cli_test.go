@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fibril-edge/fibril/appliance/client"
+	"github.com/fibril-edge/fibril/federation/uplink"
 	"github.com/fibril-edge/fibril/internal/fibrildproc"
 )
 
@@ -172,4 +173,28 @@ func closedPort(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
+}
+
+// fibril uplink status prints each uplink's link and a row per queue with
+// its backlog and counters, and marks a weakened promise.
+func TestPrintUplinks(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	var out strings.Builder
+	err := printUplinks(&out, []uplink.Stats{{Name: "to-hq", To: []string{"hq1:7420"}, State: uplink.StateConnected, Remote: "hq1:7420",
+		Window: 64, Queues: []uplink.QueueStats{{Local: "sensors", Remote: "site7-sensors", State: uplink.StateConnected,
+			LocalDurability: "durable", RemoteDurability: "buffered", Weakened: true, BacklogMessages: 3, BacklogBytes: 3 << 10,
+			Forwarded: 97, Resent: 4, LastConfirm: now.Add(-2 * time.Second)}}}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"uplink to-hq: connected, connected to hq1:7420", "sensors -> site7-sensors",
+		"durable -> buffered WEAKENED", "3 (3.0KiB)", "97", "2s ago", "sensors is durable here and buffered there"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := printUplinks(&out, nil, now); err != nil || !strings.Contains(out.String(), "no uplinks") {
+		t.Errorf("no uplinks printed %q (%v)", out.String(), err)
+	}
 }

@@ -45,6 +45,7 @@ var commands = []command{
 	{path: []string{"cluster", "status"}, summary: "show members, leader and placement (admin API)", run: runClusterStatus},
 	{path: []string{"cluster", "join"}, summary: "join this node to a cluster through a peer (admin API)", run: runClusterJoin},
 	{path: []string{"cluster", "certs"}, summary: "make the CA and node certificates that secure the cluster port", run: runClusterCerts},
+	{path: []string{"uplink", "status"}, summary: "show each uplink's link, backlog and counters (admin API)", run: runUplinkStatus},
 	{path: []string{"log", "verify"}, summary: "check segment logs offline; exit 1 on corruption", run: runLogVerify},
 	{path: []string{"log", "dump"}, summary: "print a segment log's records offline", run: runLogDump},
 	{

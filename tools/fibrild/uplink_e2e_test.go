@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,6 +86,26 @@ func TestUplinkSurvivesCutsAndAnEdgeKill(t *testing.T) {
 	if len(st.Uplinks) != 1 || st.Uplinks[0].Name != "to-hq" || st.Uplinks[0].State != "connected" ||
 		len(st.Uplinks[0].Queues) != 1 || st.Uplinks[0].Queues[0].Forwarded == 0 {
 		t.Fatalf("GET /api/uplinks after the restart: %+v", st)
+	}
+	// The same figures in /metrics, labelled by uplink and queue.
+	mresp, err := http.Get(edge.Admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`fibril_uplink_state{state="connected",uplink="to-hq"} 1`,
+		`fibril_uplink_queue_state{queue="sensors",state="connected",uplink="to-hq"} 1`,
+		`fibril_uplink_backlog_messages{queue="sensors",uplink="to-hq"} 0`,
+		fmt.Sprintf(`fibril_uplink_forwarded_total{queue="sensors",uplink="to-hq"} %d`, st.Uplinks[0].Queues[0].Forwarded),
+	} {
+		if !strings.Contains(string(body), want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }
 

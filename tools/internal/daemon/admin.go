@@ -17,6 +17,8 @@ import (
 	"github.com/fibril-edge/fibril/appliance/dashboard"
 	"github.com/fibril-edge/fibril/appliance/server"
 	"github.com/fibril-edge/fibril/federation"
+	"github.com/fibril-edge/fibril/federation/uplink"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // adminServer is the admin HTTP API as Run serves it; served is nil when
@@ -57,7 +59,7 @@ func listenAdmin(c AdminConfig) (net.Listener, error) {
 // the [server] tokens (already resolved), the [admin] hosts and
 // connection limit, and HTTPS when [admin] tls_cert is set.
 func startAdmin(cfg Config, ln net.Listener, b *appliance.Broker, m *admin.Metrics, srv *server.Server, bridges func() []admin.BridgeStats,
-	uplinks func() any, cluster *federation.Cluster, log *slog.Logger) (*adminServer, error) {
+	uplinks func() []uplink.Stats, cluster *federation.Cluster, log *slog.Logger) (*adminServer, error) {
 	if ln == nil {
 		log.Info("admin API off: [admin] listen is empty")
 		return &adminServer{}, nil
@@ -66,7 +68,8 @@ func startAdmin(cfg Config, ln net.Listener, b *appliance.Broker, m *admin.Metri
 		PublishBytesInFlight: int64(cfg.Admin.PublishBudget),
 		Logger:               log, Metrics: m, ServerConnections: srv.Connections, ServerRefused: srv.Refused, ServerStats: serverStats(srv),
 		UI:      dashboard.Handler(),
-		Version: Version, Bridges: bridges, Uplinks: uplinks}
+		Version: Version, Bridges: bridges, Uplinks: func() any { return uplinks() },
+		Collectors: []prometheus.Collector{uplink.Collector(uplinks)}}
 	if cluster != nil {
 		opts.Cluster = func() (admin.ClusterView, bool) { return cluster.View(), true }
 		opts.ClusterOps = clusterOps{cluster}

@@ -18,6 +18,7 @@ import (
 	"github.com/fibril-edge/fibril/appliance/admin"
 	"github.com/fibril-edge/fibril/appliance/server"
 	"github.com/fibril-edge/fibril/federation"
+	"github.com/fibril-edge/fibril/federation/uplink"
 	"github.com/fibril-edge/fibril/internal/sdnotify"
 )
 
@@ -142,7 +143,7 @@ func RunReloading(ctx context.Context, cfg Config, log *slog.Logger, reload Relo
 	var running atomic.Pointer[runningBridges] // set once the bridges start
 	var runningUp atomic.Pointer[runningUplinks]
 	adm, err := startAdmin(cfg, adminLn, b, metrics, srv, func() []admin.BridgeStats { return running.Load().stats() },
-		func() any { return runningUp.Load().stats() }, cluster, log)
+		func() []uplink.Stats { return runningUp.Load().stats() }, cluster, log)
 	if err != nil {
 		closeListeners()
 		return errors.Join(err, closeBroker(b, log), closeCluster(cluster))

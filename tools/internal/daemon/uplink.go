@@ -134,7 +134,7 @@ func startUplinks(cfg Config, fibrilAddr string, serverTLS *tls.Config, b *appli
 }
 
 // stats reports every uplink's state; none before they start.
-func (ru *runningUplinks) stats() any {
+func (ru *runningUplinks) stats() []uplink.Stats {
 	out := []uplink.Stats{}
 	if ru == nil {
 		return out

@@ -9,6 +9,7 @@ import { queuePage } from './queue.js';
 import { settingsPage } from './settings.js';
 import { nodePage } from './node.js';
 import { bridgesPage } from './bridges.js';
+import { uplinksPage } from './uplinks.js';
 import { clusterPage } from './cluster.js';
 
 const refreshMs = 1000;
@@ -39,6 +40,7 @@ function route() {
     case 'settings': return settingsPage(root);
     case 'node': return nodePage(root, rates);
     case 'bridges': return bridgesPage(root, rates);
+    case 'uplinks': return uplinksPage(root, rates);
     case 'cluster': return clusterPage(root);
     default: return null;
   }
