@@ -28,8 +28,21 @@ import (
 //     change failed, reported in the queue's info.
 //
 // A re-declare never changes a mode (ErrModeConflict); SetMode is the one
-// way. On a cluster node a change must also reach every required
-// follower's copy and is not built yet: SetMode refuses it there.
+// way. On a cluster node the cluster drives a change (its control state
+// records it, and the owner's copies must follow), so SetMode refuses it
+// there and the cluster calls SetReplicatedMode on the queue's owner; the
+// fence is the same, and each partition's gate switches with it
+// (ModeSwitcher).
+
+// ModeSwitcher is implemented by a ReplicaGate whose copies follow the
+// partition's mode (a cluster's). SwitchMode is called with the
+// partition fenced (nothing is handed to its log meanwhile), after the
+// owner's log synced everything written when d is Durable; from then on
+// the gate counts copies at d's boundary and the copies are asked to keep
+// to d.
+type ModeSwitcher interface {
+	SwitchMode(d Durability)
+}
 
 // ErrModeChangePending: another mode change of the queue is in progress.
 var ErrModeChangePending = fmt.Errorf("%w: a mode change of the queue is in progress", ErrConflict)
@@ -70,12 +83,25 @@ func (m *modeState) update(f func(*ModeChange)) {
 // says, and returns the declaration in effect and whether it changed. The
 // context bounds the syncs of a change to durable.
 func (b *Broker) SetMode(ctx context.Context, name string, d Durability) (QueueConfig, bool, error) {
+	if !b.solo() || b.opts.Replication != nil {
+		return QueueConfig{}, false, fmt.Errorf("%w: on a cluster node a queue's mode changes through the cluster; queue %s keeps its mode",
+			ErrInvalid, name)
+	}
+	return b.setMode(ctx, name, d)
+}
+
+// SetReplicatedMode is SetMode on a cluster node, for the cluster: it
+// changes the mode of a queue this node owns, fenced, with each
+// partition's gate switching inside the fence (ModeSwitcher). The cluster
+// records the change in its control state, before the switch to buffered
+// and once the copies are durable after a switch to durable.
+func (b *Broker) SetReplicatedMode(ctx context.Context, name string, d Durability) (QueueConfig, bool, error) {
+	return b.setMode(ctx, name, d)
+}
+
+func (b *Broker) setMode(ctx context.Context, name string, d Durability) (QueueConfig, bool, error) {
 	if d != Durable && d != Buffered {
 		return QueueConfig{}, false, fmt.Errorf("%w: mode must be durable or buffered", ErrInvalid)
-	}
-	if !b.solo() || b.opts.Replication != nil {
-		return QueueConfig{}, false, fmt.Errorf("%w: changing the mode of a queue on a cluster node is not built yet; queue %s keeps its mode",
-			ErrInvalid, name)
 	}
 	q, err := b.queue(name)
 	if err != nil {
@@ -137,6 +163,9 @@ func (b *Broker) changeMode(ctx context.Context, q *queue, d Durability) (QueueC
 		return old, fmt.Errorf("%w: record the mode of queue %s: %w", ErrUnavailable, old.Name, err)
 	}
 	for _, p := range q.parts {
+		if ms, ok := p.gate.(ModeSwitcher); ok {
+			ms.SwitchMode(d)
+		}
 		p.dur.Store(uint32(appendBoundary(d)))
 	}
 	q.config.Store(&next)

@@ -80,6 +80,10 @@ type Cluster struct {
 	localMu sync.Mutex            // guards local
 	local   map[string]LocalQueue // queues kept out of the cluster (local.go)
 
+	modeMu   sync.Mutex      // guards modeRuns
+	modeRuns map[string]bool // queues whose mode change runs (mode.go)
+	modeKick chan struct{}   // wakes watchModes
+
 	fo              *failover // recoveries (failover.go)
 	failoverTimeout time.Duration
 
@@ -100,7 +104,7 @@ func OpenCluster(o ClusterOptions) (*Cluster, error) {
 	}
 	c := &Cluster{log: logger.With("node", o.Node.ID), owned: map[string]*ownedPartition{},
 		declared: map[string]uint64{}, nodeSet: make(chan struct{}), bound: make(chan struct{}), stop: make(chan struct{}),
-		forwardOpts: o.Forward, forward: map[string]*client.Client{}, forwarders: map[string]*queueForwarder{}, proxies: map[*proxyConsumer]struct{}{}, local: map[string]LocalQueue{}, replicaDir: o.ReplicaDir, replicaFS: o.ReplicaFS,
+		forwardOpts: o.Forward, forward: map[string]*client.Client{}, forwarders: map[string]*queueForwarder{}, proxies: map[*proxyConsumer]struct{}{}, local: map[string]LocalQueue{}, modeRuns: map[string]bool{}, modeKick: make(chan struct{}, 1), replicaDir: o.ReplicaDir, replicaFS: o.ReplicaFS,
 		fo: newFailover(), failoverTimeout: o.FailoverTimeout}
 	if c.failoverTimeout <= 0 {
 		c.failoverTimeout = DefaultFailoverTimeout
@@ -118,11 +122,12 @@ func OpenCluster(o ClusterOptions) (*Cluster, error) {
 	}
 	c.node = n
 	close(c.nodeSet)
-	c.wg.Add(4)
+	c.wg.Add(5)
 	go c.followAssignments()
 	go c.collectCopies()
 	go c.recoverQueues()
 	go c.watchOwners()
+	go c.watchModes()
 	return c, nil
 }
 

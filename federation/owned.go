@@ -27,25 +27,34 @@ import (
 // good: it writes nothing more, its streams end, and the broker closes
 // the queue.
 type ownedPartition struct {
-	c          *Cluster
-	queue      string
-	partition  int
-	key        string
-	durability appliance.Durability
-	log        *wal.Log
-	dir        string        // the log's directory, which holds its history
-	ready      chan struct{} // closed once gate is set
-	done       chan struct{} // closed once the partition is closed
-	fencedCh   chan struct{} // closed once fenced is set
+	c         *Cluster
+	queue     string
+	partition int
+	key       string
+	log       *wal.Log
+	dir       string        // the log's directory, which holds its history
+	ready     chan struct{} // closed once gate is set
+	done      chan struct{} // closed once the partition is closed
+	fencedCh  chan struct{} // closed once fenced is set
 
-	mu        sync.Mutex          // guards the fields below
-	history   replication.History // this instance's
-	gate      *replication.Gate
-	epoch     uint64   // the epoch the gate was made in
-	followers []string // those with a stream, in assignment order
-	streams   map[string]*replication.Sender
-	closed    bool
-	fenced    string // why the partition writes no more; "" while it may
+	mu         sync.Mutex           // guards the fields below
+	durability appliance.Durability // the mode the gate counts and the streams follow (SwitchMode)
+	history    replication.History  // this instance's
+	gate       *replication.Gate
+	epoch      uint64   // the epoch the gate was made in
+	followers  []string // those with a stream, in assignment order
+	streams    map[string]*replication.Sender
+	addrs      map[string]string // each stream's follower's cluster address
+	hello      replication.Hello // the streams' Hello but for the mode (durability, above)
+	closed     bool
+	fenced     string // why the partition writes no more; "" while it may
+}
+
+// mode is the mode the partition's gate and streams follow now.
+func (op *ownedPartition) mode() appliance.Durability {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	return op.durability
 }
 
 // currentGate is the partition's gate, nil until its assignment is known.
@@ -162,23 +171,64 @@ func (op *ownedPartition) follow() {
 	op.followers = append(op.followers, added...)
 	required := a.Policy.Required(1 + len(op.followers))
 	op.gate.SetFollowers(op.followers, required)
+	op.hello = replication.Hello{Epoch: a.Epoch, Incarnation: a.Incarnation, Partition: uint32(op.partition),
+		Queue: op.queue, Owner: me, History: op.history}
 	for _, f := range added {
 		if op.streams == nil {
-			op.streams = map[string]*replication.Sender{}
+			op.streams, op.addrs = map[string]*replication.Sender{}, map[string]string{}
 		}
-		op.streams[f] = replication.StartSender(replication.SenderOptions{
-			Hello: replication.Hello{Epoch: a.Epoch, Incarnation: a.Incarnation, Durability: op.durability, Partition: uint32(op.partition),
-				Queue: op.queue, Owner: me, History: op.history},
-			Follower: f,
-			Addr:     addrs[f],
-			Dial:     op.c.node.DialReplica,
-			Log:      op.log,
-			Gate:     op.gate,
-			Logger:   op.c.log,
-		})
+		op.addrs[f] = addrs[f]
+		op.startStreamLocked(f)
 	}
 	op.c.log.Info("replicating partition", "queue", op.queue, "partition", op.partition,
 		"new_followers", added, "policy", a.Policy.Describe(op.durability, 1+len(op.followers)))
+}
+
+// startStreamLocked starts the stream to follower f, its Hello naming the
+// partition's mode now. op.mu is held.
+func (op *ownedPartition) startStreamLocked(f string) {
+	hello := op.hello
+	hello.Durability = op.durability
+	op.streams[f] = replication.StartSender(replication.SenderOptions{
+		Hello:    hello,
+		Follower: f,
+		Addr:     op.addrs[f],
+		Dial:     op.c.node.DialReplica,
+		Log:      op.log,
+		Gate:     op.gate,
+		Logger:   op.c.log,
+	})
+}
+
+var _ appliance.ModeSwitcher = (*ownedPartition)(nil)
+
+// SwitchMode makes the gate count copies at d's boundary and restarts
+// every stream with d in its Hello, so that each follower appends at d's
+// boundary (a durable queue's copy syncs every batch, and syncs what it
+// holds before it reports, follower.go). The broker calls it with the
+// partition fenced (appliance.ModeSwitcher); the positions the gate holds
+// stay, as they are never lowered.
+func (op *ownedPartition) SwitchMode(d appliance.Durability) {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	if op.durability == d {
+		return
+	}
+	op.durability = d
+	if op.gate != nil {
+		boundary := replication.Durable
+		if control.Boundary(d) == "written" {
+			boundary = replication.Written
+		}
+		op.gate.SetBoundary(boundary)
+	}
+	if op.closed || op.fenced != "" {
+		return
+	}
+	for f, s := range op.streams {
+		s.Close()
+		op.startStreamLocked(f)
+	}
 }
 
 // watchLatch fails the queue over when the owner's log latches after a

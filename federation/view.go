@@ -27,6 +27,9 @@ func (c *Cluster) View() admin.ClusterView {
 			}
 			qv.LastFailover = lf
 		}
+		if m := q.ModeChange; m != nil {
+			qv.ModeChange = &admin.ClusterModeChange{To: m.To.String(), Since: time.Unix(0, m.Since).UTC()}
+		}
 		for _, a := range st.Assignments[name] {
 			pv := admin.ClusterPartition{Partition: a.Partition, Owner: a.Owner, Followers: a.Followers, Epoch: a.Epoch, Reads: a.Describe(q.Config.Durability)}
 			if a.Sealing {
@@ -43,6 +46,7 @@ func (c *Cluster) View() admin.ClusterView {
 					pv.Ceiling = &ceil
 				}
 				pv.Log = &admin.CopyProgress{WrittenNext: op.log.WrittenNext(), DurableNext: op.log.DurableNext()}
+				pv.Mode = op.mode().String()
 				stats := op.streamStats()
 				pv.Progress = map[string]admin.CopyProgress{}
 				for f, p := range g.Positions() {

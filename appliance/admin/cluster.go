@@ -31,6 +31,18 @@ type ClusterOps interface {
 	SetClusterSettings(ctx context.Context, kv map[string]string) error
 }
 
+// ClusterModes is implemented by a ClusterOps that changes queue modes
+// cluster-wide: POST /api/queues/{name}/mode on a cluster node asks
+// through it, and GET /api/queues/{name} reports its pending change.
+type ClusterModes interface {
+	// SetMode asks for the change and waits a while for it to take
+	// effect; the declaration's ModeChange is set while it is pending.
+	SetMode(ctx context.Context, name string, d appliance.Durability) (ClusterDeclaration, error)
+	// PendingMode is the queue's pending change (nil when none) and the
+	// mode in effect cluster-wide.
+	PendingMode(name string) (*ClusterModeChange, string)
+}
+
 // getClusterSettings answers GET /api/cluster/settings.
 func (s *Server) getClusterSettings(*http.Request) (int, any, error) {
 	if s.opts.ClusterOps == nil {

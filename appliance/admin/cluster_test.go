@@ -346,3 +346,56 @@ func TestClusterDelete(t *testing.T) {
 	solo.do("DELETE", "/api/queues/q", nil).want(t, 200, nil)
 	solo.do("DELETE", "/api/queues/q", nil).wantError(t, 404, "not_found")
 }
+
+// modeOps is fakeOps that changes modes: a change stays pending while
+// pending is set.
+type modeOps struct {
+	*fakeOps
+	pending bool
+	asked   appliance.Durability
+}
+
+func (o *modeOps) SetMode(_ context.Context, name string, d appliance.Durability) (ClusterDeclaration, error) {
+	o.asked = d
+	decl := ClusterDeclaration{Name: name, Durability: "buffered", Partitions: 1, Policy: "majority_durable"}
+	if !o.pending {
+		decl.Durability = d.String()
+	}
+	decl.ModeChange, _ = o.PendingMode(name)
+	return decl, nil
+}
+
+func (o *modeOps) PendingMode(string) (*ClusterModeChange, string) {
+	if !o.pending || o.asked == 0 {
+		return nil, "buffered"
+	}
+	return &ClusterModeChange{To: o.asked.String(), Since: time.Unix(1_700_000_000, 0).UTC()}, "buffered"
+}
+
+// On a cluster node a mode change is asked for through the cluster: 202
+// with the pending change while it waits for the copies, 200 once it is
+// in effect, through a node that serves the queue or not; the queue's
+// info reports the cluster's pending change and the mode in effect.
+func TestClusterModeChange(t *testing.T) {
+	ops := &modeOps{fakeOps: &fakeOps{}, pending: true}
+	f := newFixture(t, Options{ClusterOps: ops})
+	var reply map[string]any
+	f.do("POST", "/api/queues/orders/mode", map[string]any{"durability": "durable"}).want(t, http.StatusAccepted, &reply)
+	mc, _ := reply["mode_change"].(map[string]any)
+	if reply["served_by"] != "n2" || reply["durability"] != "buffered" || mc["pending"] != true || mc["to"] != "durable" {
+		t.Fatalf("pending change through a node that does not serve the queue: %+v", reply)
+	}
+	if _, err := f.b.Declare(t.Context(), appliance.QueueConfig{Name: "here", Durability: appliance.Durable}); err != nil {
+		t.Fatal(err)
+	}
+	var q queueView
+	f.do("GET", "/api/queues/here", nil).want(t, http.StatusOK, &q)
+	if !q.ModeChange.Pending || q.ModeChange.To != "durable" || q.Durability != "buffered" {
+		t.Fatalf("queue info during a pending cluster change: durability %s, change %+v", q.Durability, q.ModeChange)
+	}
+	ops.pending = false
+	f.do("POST", "/api/queues/here/mode", map[string]any{"durability": "durable"}).want(t, http.StatusOK, &q)
+	if q.ModeChange.Pending || q.Durability != "durable" {
+		t.Fatalf("change in effect: durability %s, change %+v", q.Durability, q.ModeChange)
+	}
+}

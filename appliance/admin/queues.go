@@ -272,7 +272,14 @@ func (s *Server) getQueue(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return 0, viewQueue(in), nil
+	v := viewQueue(in)
+	if modes, ok := s.opts.ClusterOps.(ClusterModes); ok {
+		if m, inEffect := modes.PendingMode(name); m != nil {
+			v.ModeChange = clusterModeView(m, v.ModeChange)
+			v.Durability = inEffect // the broker may lead it (a change to durable waiting for copies)
+		}
+	}
+	return 0, v, nil
 }
 
 // deleteQueue answers DELETE /api/queues/{name}. On a cluster node the
@@ -314,6 +321,9 @@ func (s *Server) setMode(r *http.Request) (int, any, error) {
 	if err != nil || req.Durability == "" {
 		return 0, nil, invalid("durability %q: want durable or buffered", req.Durability)
 	}
+	if modes, ok := s.opts.ClusterOps.(ClusterModes); ok {
+		return s.setClusterMode(r, modes, name, d)
+	}
 	if _, _, err := s.b.SetMode(r.Context(), name, d); err != nil {
 		return 0, nil, err
 	}
@@ -322,6 +332,43 @@ func (s *Server) setMode(r *http.Request) (int, any, error) {
 		return 0, nil, err
 	}
 	return 0, viewQueue(in), nil
+}
+
+// setClusterMode is setMode on a cluster node: the change is asked for
+// cluster-wide and carried out by the queue's owner. 200 with the queue
+// once it is in effect; 202 with the pending change while it waits (for
+// the copies to be durable, or for a follower that is down).
+func (s *Server) setClusterMode(r *http.Request, modes ClusterModes, name string, d appliance.Durability) (int, any, error) {
+	decl, err := modes.SetMode(r.Context(), name, d)
+	if err != nil {
+		return 0, nil, err
+	}
+	status := http.StatusOK
+	if decl.ModeChange != nil {
+		status = http.StatusAccepted
+	}
+	if in, err := s.b.QueueInfo(name); err == nil { // served here
+		v := viewQueue(in)
+		v.Durability = decl.Durability
+		v.ModeChange = clusterModeView(decl.ModeChange, v.ModeChange)
+		return status, v, nil
+	}
+	owner, addr, _ := s.opts.ClusterOps.Owner(name)
+	return status, map[string]any{"name": decl.Name, "durability": decl.Durability, "partitions": decl.Partitions,
+		"policy": decl.Policy, "warnings": decl.Warnings, "served_by": owner, "served_at": addr,
+		"mode_change": clusterModeView(decl.ModeChange, modeChangeView{})}, nil
+}
+
+// clusterModeView is a queue's mode change view with the cluster's
+// pending change (nil: none) in place of the broker's.
+func clusterModeView(m *ClusterModeChange, local modeChangeView) modeChangeView {
+	if m == nil {
+		local.Pending, local.To, local.Since = false, "", nil
+		return local
+	}
+	since := m.Since
+	local.Pending, local.To, local.Since = true, m.To, &since
+	return local
 }
 
 // purgeQueue answers POST /api/queues/{name}/purge: the queue's ready

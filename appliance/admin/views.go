@@ -59,6 +59,17 @@ type ClusterQueue struct {
 	Partitions []ClusterPartition `json:"partitions"`
 	// LastFailover is the queue's latest recovery, nil before the first.
 	LastFailover *Failover `json:"last_failover,omitempty"`
+	// ModeChange is a change of mode asked for and not in effect yet
+	// (Durability is the mode in effect); nil when none is pending. Its
+	// owner carries it out: a change to durable takes effect once every
+	// required copy holds durable what was written before it.
+	ModeChange *ClusterModeChange `json:"mode_change,omitempty"`
+}
+
+// ClusterModeChange is a pending change of a cluster queue's mode.
+type ClusterModeChange struct {
+	To    string    `json:"to"`
+	Since time.Time `json:"since"`
 }
 
 // Failover is a queue's latest recovery: the epoch it installed, the
@@ -100,6 +111,10 @@ type ClusterPartition struct {
 	// owner only: the followers' progress reads against it.
 	Log      *CopyProgress           `json:"log,omitempty"`
 	Progress map[string]CopyProgress `json:"progress,omitempty"`
+	// Mode is the mode the owner applies to the partition now, its gate
+	// and its followers' streams (on the owner only): it leads the
+	// queue's durability while a change to durable waits for the copies.
+	Mode string `json:"mode,omitempty"`
 }
 
 // CopyProgress is one copy's position: written and durable ends, each one
@@ -120,10 +135,12 @@ type CopyProgress struct {
 // answers: the stored declaration with its policy.
 type ClusterDeclaration struct {
 	Name       string
-	Durability string // "durable" or "buffered"
+	Durability string // "durable" or "buffered": the mode in effect
 	Partitions int
 	Policy     string
 	Warnings   []string
+	// ModeChange is a change of mode asked for and not in effect yet.
+	ModeChange *ClusterModeChange
 }
 
 // Bridge connection states, as BridgeStats.State reports them.

@@ -38,3 +38,11 @@ type Consumer interface {
 }
 
 var _ Consumer = (*appliance.Subscription)(nil)
+
+// ModeChanger is implemented by a Cluster that changes queue modes
+// cluster-wide: a SetMode request on a cluster node goes through it.
+// ChangeMode returns the declaration in effect, and pending while the
+// change waits to take effect (the owner carries it on).
+type ModeChanger interface {
+	ChangeMode(ctx context.Context, queue string, d appliance.Durability) (cfg appliance.QueueConfig, pending bool, err error)
+}

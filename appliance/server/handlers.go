@@ -109,12 +109,23 @@ func (c *conn) declare(f *wire.Declare) wire.Frame {
 // setMode changes a queue's mode (appliance.Broker.SetMode) and answers
 // the declaration in effect.
 func (c *conn) setMode(f *wire.SetMode) wire.Frame {
-	cfg, _, err := c.s.b.SetMode(context.Background(), f.Queue, f.Durability)
+	var cfg appliance.QueueConfig
+	var pending bool
+	var err error
+	if mc, ok := c.s.opts.Cluster.(ModeChanger); ok {
+		cfg, pending, err = mc.ChangeMode(context.Background(), f.Queue, f.Durability)
+	} else {
+		cfg, _, err = c.s.b.SetMode(context.Background(), f.Queue, f.Durability)
+	}
 	if err != nil {
 		return c.errorFrame(f.Corr, err)
 	}
 	d := &wire.Declared{Corr: f.Corr, Queue: cfg.Name, Durability: cfg.Durability, Partitions: uint16(cfg.Partitions)}
-	if cfg.Durability == appliance.Buffered {
+	switch {
+	case pending:
+		d.Warning = fmt.Sprintf("the change to %s is pending: the queue's owner carries it out once every required copy can follow; "+
+			"until then the queue's mode is %s", f.Durability, cfg.Durability)
+	case cfg.Durability == appliance.Buffered:
 		d.Warning = appliance.BufferedWarning
 	}
 	return d

@@ -21,7 +21,10 @@ func TestShutdown(t *testing.T) {
 	for i := range 3 {
 		pub.publish("q", []byte(fmt.Sprint(i)))
 	}
-	cons.subscribe(1, "q", 10)
+	// Prefetch 3: the consumer holds the three and is sent nothing more,
+	// so all it may see at shutdown is the Goodbye (with more credit, a
+	// late publish confirmed before the shutdown could reach it first).
+	cons.subscribe(1, "q", 3)
 	for range 3 {
 		cons.deliver()
 	}

@@ -25,6 +25,7 @@ const (
 	OpRecover      Op = "recover"
 	OpSeal         Op = "seal"
 	OpAdopt        Op = "adopt"
+	OpSetMode      Op = "set_mode"
 )
 
 // Command is one entry of the control log, JSON-encoded.
@@ -40,6 +41,8 @@ type Command struct {
 	Seal     *SealReport            `json:"seal,omitempty"`
 	// Owner is the node that brings an adopted queue along (OpAdopt).
 	Owner string `json:"owner,omitempty"`
+	// Mode is OpSetMode's argument (mode.go).
+	Mode *SetMode `json:"mode,omitempty"`
 }
 
 // Result is what applying a command returns to the proposer.
@@ -128,6 +131,12 @@ func (s *State) apply(c Command) Result {
 		return Result{Err: err, Queue: q, Created: created}
 	case OpDeleteQueue:
 		return Result{Err: s.deleteQueue(c.ID)}
+	case OpSetMode:
+		if c.Mode == nil {
+			return Result{Err: errors.New("control: set_mode without its argument")}
+		}
+		q, err := s.setMode(*c.Mode)
+		return Result{Err: err, Queue: q}
 	case OpSetSettings:
 		return Result{Err: s.setSettings(c.Settings)}
 	case OpRecover:

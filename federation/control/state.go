@@ -61,6 +61,9 @@ type Queue struct {
 	// messages, when it joined the cluster (see adopt); "" for a queue
 	// declared in the cluster.
 	AdoptedFrom string `json:"adopted_from,omitempty"`
+	// ModeChange is a change of mode asked for and not in effect yet
+	// (mode.go); nil when none is pending.
+	ModeChange *ModeChange `json:"mode_change,omitempty"`
 }
 
 // Assignment places one queue partition: its owner, its followers and the
@@ -168,6 +171,10 @@ func (s *State) clone() *State {
 		if v.LastFailover != nil {
 			f := *v.LastFailover
 			v.LastFailover = &f
+		}
+		if v.ModeChange != nil {
+			m := *v.ModeChange
+			v.ModeChange = &m
 		}
 		c.Queues[k] = v
 	}

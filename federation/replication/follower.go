@@ -190,6 +190,15 @@ func (f *Follower) Serve(c net.Conn) {
 			return
 		}
 	}
+	if h.Durability == appliance.Durable && log.DurableNext() < log.WrittenNext() {
+		// A durable queue's copy holds its records synced: what it wrote
+		// under the buffered rule (the queue's mode changed, or a stream
+		// of the buffered queue it was) is synced before it reports.
+		if err := log.Sync(f.ctx); err != nil {
+			w.send(Refuse{Reason: fmt.Sprintf("sync the copy before following a durable queue: %v", err)})
+			return
+		}
+	}
 	hello := Position{Written: log.WrittenNext(), Durable: log.DurableNext()}
 	r.ack(hello.Written)
 	if err := w.send(hello); err != nil {

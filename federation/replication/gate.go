@@ -54,6 +54,24 @@ func NewGate(boundary Boundary, required int, followers []string) *Gate {
 	return g
 }
 
+// SetBoundary makes the gate count copies at boundary from now on (the
+// queue's mode changed, fenced). Waiters are woken to recheck.
+func (g *Gate) SetBoundary(boundary Boundary) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.boundary = boundary
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
+// Changed is closed at the gate's next change (a follower's progress, its
+// followers, its boundary).
+func (g *Gate) Changed() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.changed
+}
+
 // SetFollowers makes followers the gate's followers and required its
 // count, as the partition's assignment changes: a new follower starts at
 // position 0, a kept one keeps its position, one left out is forgotten.

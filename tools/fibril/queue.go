@@ -65,6 +65,11 @@ before any publish is admitted under the weaker rule; a change to durable
 closes admission, syncs every partition's log past what it had written,
 records the new mode and resumes. Every confirm names the mode it was
 given under, so confirms returned before the change keep their meaning.
+On a cluster node the queue's owner carries the change out, and a change
+to durable takes effect once every copy the policy counts holds durable
+what was written before it; while it waits (a follower down) the change
+is pending, publishes wait for durable copies, and the command says so
+(exit status 0), or with --wait keeps waiting until it is in effect.
 Prints the mode in effect. Exit status 3 if there is no such queue, 4 if
 another change of the queue is pending; a failed sync leaves the queue in
 its mode (exit status 1).
@@ -295,6 +300,7 @@ func runQueueRm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // runQueueMode is "fibril queue mode".
 func runQueueMode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := pflag.NewFlagSet("fibril queue mode", pflag.ContinueOnError)
+	wait := fs.Bool("wait", false, "on a cluster, wait until the change is in effect")
 	var conn connFlags
 	api, done, err := adminArgs(fs, &conn, queueModeHelp, args, stdout, 2, 2, "NAME durable|buffered")
 	if done || err != nil {
@@ -305,18 +311,40 @@ func runQueueMode(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return usagef("mode %q: want durable or buffered", mode)
 	}
 	var raw json.RawMessage
-	if err := api.do(ctx, "POST", queueAPIPath(name)+"/mode", map[string]string{"durability": mode}, &raw); err != nil {
-		return fmt.Errorf("change the mode of %s: %w", name, err)
+	var q struct {
+		Durability string `json:"durability"`
+		Warning    string `json:"warning"`
+		ModeChange struct {
+			Pending bool   `json:"pending"`
+			To      string `json:"to"`
+		} `json:"mode_change"`
+	}
+	for {
+		// Asking again for the change pending is harmless: the answer
+		// says whether it is in effect yet.
+		if err := api.do(ctx, "POST", queueAPIPath(name)+"/mode", map[string]string{"durability": mode}, &raw); err != nil {
+			return fmt.Errorf("change the mode of %s: %w", name, err)
+		}
+		if err := json.Unmarshal(raw, &q); err != nil {
+			return fmt.Errorf("decode answer: %w", err)
+		}
+		if !*wait || !q.ModeChange.Pending {
+			break
+		}
+		fmt.Fprintf(stderr, "the change of %s to %s is pending (the copies the policy counts are not all durable yet); waiting\n", name, q.ModeChange.To)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("change the mode of %s: %w", name, ctx.Err())
+		case <-time.After(time.Second): // the admin API's answer is the state, polled
+		}
 	}
 	if conn.json {
 		return writeRawJSON(stdout, raw)
 	}
-	var q struct {
-		Durability string `json:"durability"`
-		Warning    string `json:"warning"`
-	}
-	if err := json.Unmarshal(raw, &q); err != nil {
-		return fmt.Errorf("decode answer: %w", err)
+	if q.ModeChange.Pending {
+		fmt.Fprintf(stdout, "%s is %s; the change to %s is pending (fibril queue info %s shows it; --wait waits for it)\n",
+			name, q.Durability, q.ModeChange.To, name)
+		return nil
 	}
 	fmt.Fprintf(stdout, "%s is %s\n", name, q.Durability)
 	if q.Warning != "" {

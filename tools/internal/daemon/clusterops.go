@@ -3,10 +3,12 @@ package daemon
 import (
 	"context"
 	"maps"
+	"time"
 
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/appliance/admin"
 	"github.com/fibril-edge/fibril/federation"
+	"github.com/fibril-edge/fibril/federation/control"
 )
 
 // clusterOps is the cluster as the admin API changes it: declarations,
@@ -36,4 +38,36 @@ func (c clusterOps) DeclarePolicy(ctx context.Context, cfg appliance.QueueConfig
 	}
 	return admin.ClusterDeclaration{Name: q.Config.Name, Durability: q.Config.Durability.String(),
 		Partitions: q.Config.Partitions, Policy: q.Policy.String(), Warnings: q.Warnings}, created, nil
+}
+
+var _ admin.ClusterModes = clusterOps{}
+
+// SetMode asks for a queue's mode to change cluster-wide (the owner
+// carries it out) and answers the declaration, with the change while it
+// is pending.
+func (c clusterOps) SetMode(ctx context.Context, name string, d appliance.Durability) (admin.ClusterDeclaration, error) {
+	q, _, err := c.Cluster.SetMode(ctx, name, d)
+	if err != nil {
+		return admin.ClusterDeclaration{}, err
+	}
+	return admin.ClusterDeclaration{Name: q.Config.Name, Durability: q.Config.Durability.String(),
+		Partitions: q.Config.Partitions, Policy: q.Policy.String(), Warnings: q.Warnings,
+		ModeChange: viewModeChange(q.ModeChange)}, nil
+}
+
+// PendingMode is a queue's pending mode change and the mode in effect, as
+// this node's control state has them.
+func (c clusterOps) PendingMode(name string) (*admin.ClusterModeChange, string) {
+	q, ok := c.Node().State().Queues[name]
+	if !ok {
+		return nil, ""
+	}
+	return viewModeChange(q.ModeChange), q.Config.Durability.String()
+}
+
+func viewModeChange(m *control.ModeChange) *admin.ClusterModeChange {
+	if m == nil {
+		return nil
+	}
+	return &admin.ClusterModeChange{To: m.To.String(), Since: time.Unix(0, m.Since).UTC()}
 }
