@@ -169,6 +169,12 @@ var (
 		"How long the queue's last failover took, from its start to the new owner's install.", queueLabels...)
 	descFailoverTime = desc("fibril_cluster_last_failover_timestamp_seconds",
 		"When the queue's last failover started (unix seconds).", queueLabels...)
+	descClusterModePending = desc("fibril_cluster_queue_mode_change_pending",
+		"1 while a change of the queue's mode is asked for and not in effect (mode: the mode in effect; to: the one asked for), else 0.",
+		"queue", "mode", "to")
+	descClusterLocalQueues = desc("fibril_cluster_local_queues",
+		"Queues this node served solo and serves outside the cluster, unreplicated: joining until it is a member, or kept because the cluster has a queue of the name.",
+		"joining")
 	descReplicaCeiling = desc("fibril_replica_ceiling",
 		"Visibility ceiling of a partition this node owns: the next offset enough followers hold for its policy; nothing at or above it is delivered. Absent when the owner alone suffices.",
 		partitionLabels...)
@@ -178,7 +184,7 @@ var (
 func (c clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descClusterMembers, descClusterIsLeader, descClusterHasLeader, descHandshaking, descHandshakesEvicted,
 		descFollowerNext, descReplicaCeiling,
-		descPartitionEpoch, descPartitionRecovering, descFailoverSeconds, descFailoverTime} {
+		descPartitionEpoch, descPartitionRecovering, descFailoverSeconds, descFailoverTime, descClusterModePending, descClusterLocalQueues} {
 		ch <- d
 	}
 }
@@ -197,7 +203,18 @@ func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descClusterHasLeader, bool01(v.Leader != ""))
 	gauge(descHandshaking, float64(v.Handshaking))
 	ch <- prometheus.MustNewConstMetric(descHandshakesEvicted, prometheus.CounterValue, float64(v.HandshakesEvicted))
+	joining := 0
+	for _, l := range v.LocalQueues {
+		if l.Joining {
+			joining++
+		}
+	}
+	gauge(descClusterLocalQueues, float64(joining), "true")
+	gauge(descClusterLocalQueues, float64(len(v.LocalQueues)-joining), "false")
 	for _, q := range v.Queues {
+		if m := q.ModeChange; m != nil {
+			gauge(descClusterModePending, 1, q.Name, q.Durability, m.To)
+		}
 		mode := q.Durability
 		if f := q.LastFailover; f != nil {
 			gauge(descFailoverTime, float64(f.StartedAt.UnixNano())/1e9, q.Name, mode)

@@ -150,6 +150,12 @@ func clusterLines(body []byte) []string {
 func TestClusterMetrics(t *testing.T) {
 	v := threeNodes()
 	v.Handshaking, v.HandshakesEvicted = 3, 1036
+	v.LocalQueues = []LocalQueue{{Name: "site", Reason: "clash"}, {Name: "a", Joining: true}, {Name: "b", Joining: true}}
+	for i := range v.Queues {
+		if v.Queues[i].Name == "clicks" {
+			v.Queues[i].ModeChange = &ClusterModeChange{To: "durable", Since: time.Unix(1_700_000_000, 0)}
+		}
+	}
 	fc := &fakeCluster{view: v, member: true}
 	f := newFixture(t, Options{Cluster: fc.get})
 	r := f.do("GET", "/metrics", nil).want(t, http.StatusOK, nil)
@@ -160,6 +166,8 @@ func TestClusterMetrics(t *testing.T) {
 		`fibril_cluster_is_leader 1`,
 		`fibril_cluster_last_failover_seconds{mode="buffered",queue="clicks"} 1.5`,
 		`fibril_cluster_last_failover_timestamp_seconds{mode="buffered",queue="clicks"} 1.7e+09`,
+		`fibril_cluster_local_queues{joining="false"} 1`,
+		`fibril_cluster_local_queues{joining="true"} 2`,
 		`fibril_cluster_members 3`,
 		`fibril_cluster_partition_epoch{mode="buffered",partition="0",queue="clicks"} 1`,
 		`fibril_cluster_partition_epoch{mode="durable",partition="0",queue="orders"} 3`,
@@ -167,6 +175,7 @@ func TestClusterMetrics(t *testing.T) {
 		`fibril_cluster_partition_recovering{mode="buffered",partition="0",queue="clicks"} 0`,
 		`fibril_cluster_partition_recovering{mode="durable",partition="0",queue="orders"} 0`,
 		`fibril_cluster_partition_recovering{mode="durable",partition="1",queue="orders"} 1`,
+		`fibril_cluster_queue_mode_change_pending{mode="buffered",queue="clicks",to="durable"} 1`,
 		`fibril_replica_ceiling{mode="durable",partition="0",queue="orders"} 90`,
 		`fibril_replica_follower_next{boundary="durable",follower="n2",mode="durable",partition="0",queue="orders"} 90`,
 		`fibril_replica_follower_next{boundary="durable",follower="n3",mode="buffered",partition="0",queue="clicks"} 0`,
@@ -204,7 +213,8 @@ func TestClusterMetrics(t *testing.T) {
 		}
 	}
 	want = append([]string{`fibril_cluster_handshakes_evicted_total 0`, `fibril_cluster_handshaking 0`,
-		`fibril_cluster_has_leader 0`, `fibril_cluster_is_leader 0`, `fibril_cluster_members 3`}, everyNode...)
+		`fibril_cluster_has_leader 0`, `fibril_cluster_is_leader 0`, `fibril_cluster_members 3`,
+		`fibril_cluster_local_queues{joining="false"} 0`, `fibril_cluster_local_queues{joining="true"} 0`}, everyNode...)
 	slices.Sort(want)
 	if got := clusterLines(r.body); !slices.Equal(got, want) {
 		t.Fatalf("cluster series without a leader:\ngot  %q\nwant %q", got, want)
@@ -213,7 +223,8 @@ func TestClusterMetrics(t *testing.T) {
 	fc.set(v, true)
 	r = f.do("GET", "/metrics", nil).want(t, http.StatusOK, nil)
 	want = append([]string{`fibril_cluster_handshakes_evicted_total 0`, `fibril_cluster_handshaking 0`,
-		`fibril_cluster_has_leader 1`, `fibril_cluster_is_leader 0`, `fibril_cluster_members 3`}, everyNode...)
+		`fibril_cluster_has_leader 1`, `fibril_cluster_is_leader 0`, `fibril_cluster_members 3`,
+		`fibril_cluster_local_queues{joining="false"} 0`, `fibril_cluster_local_queues{joining="true"} 0`}, everyNode...)
 	slices.Sort(want)
 	if got := clusterLines(r.body); !slices.Equal(got, want) {
 		t.Fatalf("cluster series on a follower:\ngot  %q\nwant %q", got, want)
