@@ -40,6 +40,15 @@ export function clusterPage(root) {
           { label: 'client address', field: 'client-addr', cell: m => m.client_addr || '—' },
           { label: 'voter', field: 'voter', cell: m => (m.voter ? 'yes' : 'no') },
         ], members, { rowAttrs: m => ({ 'data-member': m.id }) }),
+        (v.local_queues || []).length ? [
+          el('h2', {}, 'Local queues ', el('small', {}, 'served by this node alone, not replicated')),
+          table([
+            { label: 'queue', field: 'local-name', cell: l => l.name },
+            { label: 'state', field: 'local-state', cell: l => (l.joining ? 'joins once this node is a member' : 'kept local: name clash'),
+              cls: l => (l.joining ? null : 'attention') },
+            { label: 'reason', field: 'local-reason', cell: l => l.reason },
+          ], v.local_queues, { rowAttrs: l => ({ 'data-local-queue': l.name }) }),
+        ] : null,
         el('h2', {}, 'Queues ', el('small', {}, `${queues.length} replicated`)),
         queues.length ? null : el('p', { class: 'muted', 'data-field': 'no-queues' }, 'No cluster queues declared yet.'),
         queues.map(q => queueCard(q, v.node_id))));
@@ -69,6 +78,9 @@ function queueCard(q, self) {
       el('code', { class: 'meta', 'data-field': 'policy', title: 'replication policy' }, q.policy || '(default)')),
     (q.warnings || []).map(w => el('p', { class: 'warning', 'data-field': 'policy-warning' }, w)),
     q.last_failover ? el('p', { class: 'meta', 'data-field': 'last-failover' }, failoverText(q.last_failover)) : null,
+    q.mode_change ? el('p', { class: 'warning', 'data-field': 'mode-change' },
+      `Changing to ${q.mode_change.to} since ${new Date(q.mode_change.since).toLocaleString()}: pending until every copy the policy counts ` +
+      `holds, synced, what was written before the change. Its owner already confirms ${q.mode_change.to === 'durable' ? 'only what those copies hold synced' : 'under the weaker rule'}.`) : null,
     table([
       { label: 'partition', field: 'partition', cell: p => String(p.partition) },
       { label: 'owner', field: 'owner', cell: p => p.owner + (p.owner === self ? ' (this node)' : '') },
@@ -78,6 +90,7 @@ function queueCard(q, self) {
         (p.cut_sealed ? `, ${p.cut_sealed} more that may have lost unsynced records (waits for every copy)` : '') : 'serving'),
         cls: p => (p.recovering ? 'attention' : null) },
       { label: 'reads', field: 'reads', cell: p => p.reads || '—' },
+      { label: 'applies', field: 'applies', cell: p => p.mode || '—' },
       { label: 'ceiling', field: 'ceiling', cell: p => (typeof p.ceiling === 'number' ? int(p.ceiling) : '—') },
     ], parts, { rowAttrs: p => ({ 'data-partition': p.partition }) }),
     progress.length ? [
