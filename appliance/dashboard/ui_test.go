@@ -79,21 +79,18 @@ func TestDashboardInBrowser(t *testing.T) {
 	base, dataDir := startNode(t, admin.Options{})
 	b := startBrowser(t, 1280, 900)
 	const queue = "clicks.eu-west"
-	card := fmt.Sprintf(`article[data-queue=%q]`, queue)
+	row := fmt.Sprintf(`tr[data-queue=%q]`, queue)
 
 	// Records stay written, not durable, while background sync is off.
 	setSyncInterval(t, base, 0)
 	apiCall(t, "POST", base+"/api/queues", map[string]any{"name": queue, "durability": "buffered"}, http.StatusCreated, nil)
 
 	b.Do(t, "open the queues page", chromedp.Navigate(base+"/#/queues"),
-		chromedp.WaitVisible(chromedp.CSS(`main[data-page="queues"] `+card+` .badge.buffered`)))
-	if got := b.Text(t, card+` .badge.buffered`); !strings.EqualFold(got, "buffered") {
+		chromedp.WaitVisible(chromedp.CSS(`main[data-page="queues"] `+row+` .badge.buffered`)))
+	if got := b.Text(t, row+` .badge.buffered`); !strings.EqualFold(got, "buffered") {
 		t.Errorf("mode badge says %q, want buffered", got)
 	}
-	if got := b.Text(t, card+` [data-field="warning"]`); got == "" {
-		t.Error("buffered queue shows no loss-window warning")
-	}
-	unsynced := card + ` dd[data-field="unsynced-records"]`
+	unsynced := row + ` td[data-field="unsynced-records"]`
 	b.WaitFor(t, "no unsynced records before publishing", number(unsynced)+` === 0`, textOf(unsynced))
 
 	const published = 5
@@ -101,16 +98,19 @@ func TestDashboardInBrowser(t *testing.T) {
 		publish(t, base, queue, fmt.Sprintf("click %d", i))
 	}
 	b.WaitFor(t, "unsynced records after publishing with background sync off", number(unsynced)+` > 0`, textOf(unsynced))
-	b.WaitFor(t, "the backlog", number(card+` dd[data-field="backlog"]`)+` === `+fmt.Sprint(published), textOf(card+` dd[data-field="backlog"]`))
-	b.WaitFor(t, "a publish rate", textOf(card+` dd[data-field="publish-rate"]`)+`.endsWith('/s')`, textOf(card+` dd[data-field="publish-rate"]`))
+	b.WaitFor(t, "the backlog", number(row+` td[data-field="backlog"]`)+` === `+fmt.Sprint(published), textOf(row+` td[data-field="backlog"]`))
+	b.WaitFor(t, "a publish rate", textOf(row+` td[data-field="publish-rate"]`)+`.endsWith('/s')`, textOf(row+` td[data-field="publish-rate"]`))
 	b.Screenshot(t, "dashboard-queues-unsynced.png")
 
 	setSyncInterval(t, base, 100)
 	b.WaitFor(t, "unsynced records back to 0 once background sync is on", number(unsynced)+` === 0`, textOf(unsynced))
 
 	// The queue page.
-	b.Do(t, "open the queue page", chromedp.Click(chromedp.CSS(card+` a.name`)),
+	b.Do(t, "open the queue page", chromedp.Click(chromedp.CSS(row+` a.name`)),
 		chromedp.WaitVisible(chromedp.CSS(`main[data-page="queue"] tr[data-partition="0"] td[data-field="durable-next"]`)))
+	if got := b.Text(t, `main[data-page="queue"] [data-field="warning"]`); got == "" {
+		t.Error("buffered queue shows no loss-window warning")
+	}
 	b.WaitFor(t, "the durable frontier past the publishes", number(`tr[data-partition="0"] td[data-field="durable-next"]`)+` >= `+fmt.Sprint(published),
 		textOf(`tr[data-partition="0"] td[data-field="durable-next"]`))
 	b.Screenshot(t, "dashboard-queue.png")
@@ -202,11 +202,20 @@ func startNodeWith(t *testing.T, opts admin.Options, wrap func(http.Handler) htt
 // tests that drive it (its history's Sample).
 func startNodeServer(t *testing.T, opts admin.Options, wrap func(http.Handler) http.Handler) (base, dataDir string, srv *admin.Server) {
 	t.Helper()
+	base, dataDir, srv, _ = startNodeBroker(t, opts, wrap, appliance.Options{})
+	return base, dataDir, srv
+}
+
+// startNodeBroker is startNodeServer over a broker opened with bopts (its
+// data directory, observer and logger set here), which it also returns.
+func startNodeBroker(t *testing.T, opts admin.Options, wrap func(http.Handler) http.Handler, bopts appliance.Options) (base, dataDir string, srv *admin.Server, b *appliance.Broker) {
+	t.Helper()
 	metrics := admin.NewMetrics()
 	quiet := slog.New(slog.DiscardHandler)
 	dataDir = t.TempDir()
-	b, err := appliance.Open(appliance.Options{DataDir: dataDir, Observer: metrics, Logger: quiet,
-		CheckpointDelay: time.Hour}) // no checkpoint syncs the log behind the test's back
+	bopts.DataDir, bopts.Observer, bopts.Logger = dataDir, metrics, quiet
+	bopts.CheckpointDelay = time.Hour // no checkpoint syncs the log behind the test's back
+	b, err := appliance.Open(bopts)
 	if err != nil {
 		t.Fatalf("open broker: %v", err)
 	}
@@ -226,7 +235,7 @@ func startNodeServer(t *testing.T, opts admin.Options, wrap func(http.Handler) h
 	}
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
-	return hs.URL, dataDir, srv
+	return hs.URL, dataDir, srv, b
 }
 
 func publish(t *testing.T, base, queue, body string) {
