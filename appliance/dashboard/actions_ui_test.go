@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -24,6 +25,43 @@ func TestQueueActionsInBrowser(t *testing.T) {
 	b.Do(t, "open the queue page", chromedp.Navigate(base+"/#/queues/"+queue),
 		chromedp.WaitVisible(chromedp.CSS(`main[data-page="queue"] button#purge`)))
 
+	// A peek shows the ready messages and settles none of them.
+	b.Do(t, "peek", chromedp.Click(chromedp.CSS(`button#peek`)),
+		chromedp.WaitVisible(chromedp.CSS(`#peek-box tr[data-offset="2"]`)))
+	for off, body := range []string{"a", "b", "c"} {
+		if got := b.Text(t, `#peek-box tr[data-offset="`+strconv.Itoa(off)+`"] td[data-field="body"]`); got != body {
+			t.Errorf("peeked offset %d shows body %q, want %q", off, got, body)
+		}
+	}
+	var ready struct {
+		Ready    int64 `json:"ready"`
+		Counters struct {
+			Acked int64 `json:"acked"`
+		} `json:"counters"`
+	}
+	apiCall(t, "GET", base+"/api/queues/"+queue, nil, http.StatusOK, &ready)
+	if ready.Ready != 3 || ready.Counters.Acked != 0 {
+		t.Fatalf("after a peek: %d ready, %d acked; want all 3 ready, none settled", ready.Ready, ready.Counters.Acked)
+	}
+
+	// A test message typed on the page survives the page's refreshes and
+	// is published with its id.
+	before := b.Text(t, `#status`)
+	b.Do(t, "type a test message", chromedp.SendKeys(chromedp.CSS(`#test-body`), "hello from the page"),
+		chromedp.SendKeys(chromedp.CSS(`#test-id`), "page-1"))
+	b.WaitFor(t, "a refresh while typing", textOf(`#status`)+` !== `+strconv.Quote(before), textOf(`#status`))
+	b.WaitFor(t, "the typed body kept across the refresh", `document.querySelector('#test-body').value === 'hello from the page'`,
+		`document.querySelector('#test-body').value`)
+	b.Do(t, "publish it", chromedp.Click(chromedp.CSS(`#test-send`)), chromedp.WaitVisible(chromedp.CSS(`#action-result.ok`)))
+	if got := b.Text(t, `#action-result`); !strings.Contains(got, "confirmed at partition 0, offset 3 (buffered)") {
+		t.Errorf("the test publish says %q", got)
+	}
+	b.Do(t, "peek again", chromedp.Click(chromedp.CSS(`button#peek`)),
+		chromedp.WaitVisible(chromedp.CSS(`#peek-box tr[data-offset="3"] td[data-field="id"]`)))
+	if got := b.Text(t, `#peek-box tr[data-offset="3"] td[data-field="id"]`); got != "page-1" {
+		t.Errorf("the test message's id shows %q", got)
+	}
+
 	// Cancel first: nothing happens.
 	b.Do(t, "ask to purge, then cancel", chromedp.Click(chromedp.CSS(`button#purge`)),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm-purge`)), chromedp.Click(chromedp.CSS(`button#purge-no`)),
@@ -36,22 +74,22 @@ func TestQueueActionsInBrowser(t *testing.T) {
 		} `json:"counters"`
 	}
 	apiCall(t, "GET", base+"/api/queues/"+queue, nil, http.StatusOK, &q)
-	if q.Messages != 3 {
+	if q.Messages != 4 {
 		t.Fatalf("after a cancelled purge the queue holds %d messages", q.Messages)
 	}
 
 	b.Do(t, "purge, confirmed", chromedp.Click(chromedp.CSS(`button#purge`)),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm-purge`)))
-	if got := b.Text(t, `#confirm-purge p`); !strings.Contains(got, "Discard the 3 ready messages of orders") {
+	if got := b.Text(t, `#confirm-purge p`); !strings.Contains(got, "Discard the 4 ready messages of orders") {
 		t.Errorf("the purge asks %q", got)
 	}
 	b.Do(t, "confirm the purge", chromedp.Click(chromedp.CSS(`button#purge-yes`)),
 		chromedp.WaitVisible(chromedp.CSS(`#action-result.ok`)))
-	if got := b.Text(t, `#action-result`); got != "purged 3 messages" {
+	if got := b.Text(t, `#action-result`); got != "purged 4 messages" {
 		t.Errorf("the purge says %q", got)
 	}
 	apiCall(t, "GET", base+"/api/queues/"+queue, nil, http.StatusOK, &q)
-	if q.Messages != 0 || q.Counters.Purged != 3 {
+	if q.Messages != 0 || q.Counters.Purged != 4 {
 		t.Fatalf("after the purge: %d messages, purged %d", q.Messages, q.Counters.Purged)
 	}
 

@@ -100,6 +100,15 @@ export const history = name => get(name ? 'api/queues/' + encodeURIComponent(nam
 // purge discards a queue's ready messages: {queue, purged}.
 export const purge = name => request('POST', 'api/queues/' + encodeURIComponent(name) + '/purge');
 
+// peek fetches up to max ready messages without settling them
+// (POST .../get with ack "none"): {messages, settled}.
+export const peek = (name, max) =>
+  request('POST', 'api/queues/' + encodeURIComponent(name) + '/get', { max, ack: 'none' });
+
+// publish publishes one text message, with an optional id: its confirm.
+export const publish = (name, body, id) =>
+  request('POST', 'api/queues/' + encodeURIComponent(name) + '/messages', id ? { body, id } : { body });
+
 // setMode changes a queue's mode, fenced; the answer is the queue.
 export const setMode = (name, durability) =>
   request('POST', 'api/queues/' + encodeURIComponent(name) + '/mode', { durability });

@@ -20,14 +20,12 @@ export function modeBadge(q) {
 
 // counterValues picks the counters rates are computed from: "published"
 // (confirmed publishes), "left" (messages that left the queue: settled,
-// expired or dropped; published minus those still in it) and, when the
-// node serves /metrics (m), "delivered" (deliveries, redeliveries
-// included).
-export function counterValues(q, m) {
-  const published = q.counters.published ?? 0;
-  const v = { published, left: published - q.messages };
-  if (m && m.has('fibril_deliveries_total')) v.delivered = m.sum('fibril_deliveries_total', { queue: q.name }) ?? 0;
-  return v;
+// expired or dropped; published minus those still in it), "delivered"
+// (deliveries, redeliveries included) and "acked".
+export function counterValues(q) {
+  const c = q.counters;
+  const published = c.published ?? 0;
+  return { published, left: published - q.messages, delivered: c.delivered ?? 0, acked: c.acked ?? 0 };
 }
 
 // card renders q. r are its rates (Rates.update of counterValues).
@@ -50,9 +48,8 @@ export function card(q, r, { link = true } = {}) {
       stat('backlog', int(q.messages), { field: 'backlog', hint: `(confirmed at ${b})` }),
       stat('ready / in flight', `${int(q.ready)} / ${int(q.inFlight)}`, { field: 'ready-inflight', hint: `(at ${b})` }),
       stat('publish rate', rate(r.published), { field: 'publish-rate', hint: `(confirmed at ${b})` }),
-      'delivered' in r
-        ? stat('deliver rate', rate(r.delivered), { field: 'deliver-rate', hint: `(visible at ${b})` })
-        : null,
+      stat('deliver rate', rate(r.delivered), { field: 'deliver-rate', hint: `(visible at ${b})` }),
+      stat('ack rate', rate(r.acked), { field: 'ack-rate' }),
       stat('leave rate', rate(r.left), { field: 'leave-rate', hint: '(settled, expired or dropped)' })),
     partitionTable(q, { full: !link }));
 }
