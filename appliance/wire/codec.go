@@ -25,25 +25,31 @@ type frameSpec struct {
 // specs is the decoder table, indexed by frame type. An empty row is an
 // unknown type.
 var specs = [256]frameSpec{
-	TypeHello:        {"Hello", 2 + 2 + 2, false, decodeHello},
-	TypeHelloOK:      {"HelloOK", 2 + 2 + 8 + 4 + 4, false, decodeHelloOK},
-	TypeError:        {"Error", 8 + 2 + 2, false, decodeError},
-	TypeHeartbeat:    {"Heartbeat", 0, true, decodeHeartbeat},
-	TypeGoodbye:      {"Goodbye", 2, false, decodeGoodbye},
-	TypeDeclare:      {"Declare", 8 + 2 + 1 + 2 + 2 + 4 + 4 + 8 + 8 + 1 + 4 + 8 + 8, false, decodeDeclare},
-	TypeDeclared:     {"Declared", 8 + 2 + 1 + 2 + 1 + 2, false, decodeDeclared},
-	TypePublish:      {"Publish", 8 + 2 + 2 + 2 + 2 + 4, false, decodePublish},
-	TypeConfirm:      {"Confirm", 8 + 2 + 8 + 1 + 1, true, decodeConfirm},
-	TypeSetMode:      {"SetMode", 8 + 2 + 1, false, decodeSetMode},
-	TypeSubscribe:    {"Subscribe", 8 + 4 + 2 + 4, false, decodeSubscribe},
-	TypeSubscribed:   {"Subscribed", 8 + 4 + 2, true, decodeSubscribed},
-	TypeUnsubscribe:  {"Unsubscribe", 8 + 4, true, decodeUnsubscribe},
-	TypeUnsubscribed: {"Unsubscribed", 8 + 4, true, decodeUnsubscribed},
-	TypeCredit:       {"Credit", 4 + 4, true, decodeCredit},
-	TypeDeliver:      {"Deliver", 4 + 8 + 2 + 8 + 8 + 4 + 2 + 2 + 2 + 4, false, decodeDeliver},
-	TypeAck:          {"Ack", 4 + 4, false, decodeAck},
-	TypeNack:         {"Nack", 4 + 4 + 1, false, decodeNack},
-	TypeSettleError:  {"SettleError", 4 + 8 + 2 + 2, false, decodeSettleError},
+	TypeHello:          {"Hello", 2 + 2 + 2, false, decodeHello},
+	TypeHelloOK:        {"HelloOK", 2 + 2 + 8 + 4 + 4, false, decodeHelloOK},
+	TypeError:          {"Error", 8 + 2 + 2, false, decodeError},
+	TypeHeartbeat:      {"Heartbeat", 0, true, decodeHeartbeat},
+	TypeGoodbye:        {"Goodbye", 2, false, decodeGoodbye},
+	TypeDeclare:        {"Declare", 8 + 2 + 1 + 2 + 2 + 4 + 4 + 8 + 8 + 1 + 4 + 8 + 8, false, decodeDeclare},
+	TypeDeclared:       {"Declared", 8 + 2 + 1 + 2 + 1 + 2, false, decodeDeclared},
+	TypePublish:        {"Publish", 8 + 2 + 2 + 2 + 2 + 4, false, decodePublish},
+	TypeConfirm:        {"Confirm", 8 + 2 + 8 + 1 + 1, true, decodeConfirm},
+	TypeSetMode:        {"SetMode", 8 + 2 + 1, false, decodeSetMode},
+	TypeQueueInfo:      {"QueueInfo", 8 + 2, false, decodeQueueInfo},
+	TypeQueueInfoReply: {"QueueInfoReply", 8 + 2 + 1 + 8 + 8 + 8 + 4 + 2 + 2, false, decodeQueueInfoReply},
+	TypePurgeQueue:     {"PurgeQueue", 8 + 2, false, decodePurgeQueue},
+	TypePurged:         {"Purged", 8 + 2 + 8, false, decodePurged},
+	TypeDeleteQueue:    {"DeleteQueue", 8 + 2 + 1, false, decodeDeleteQueue},
+	TypeDeleted:        {"Deleted", 8 + 2, false, decodeDeleted},
+	TypeSubscribe:      {"Subscribe", 8 + 4 + 2 + 4, false, decodeSubscribe},
+	TypeSubscribed:     {"Subscribed", 8 + 4 + 2, true, decodeSubscribed},
+	TypeUnsubscribe:    {"Unsubscribe", 8 + 4, true, decodeUnsubscribe},
+	TypeUnsubscribed:   {"Unsubscribed", 8 + 4, true, decodeUnsubscribed},
+	TypeCredit:         {"Credit", 4 + 4, true, decodeCredit},
+	TypeDeliver:        {"Deliver", 4 + 8 + 2 + 8 + 8 + 4 + 2 + 2 + 2 + 4, false, decodeDeliver},
+	TypeAck:            {"Ack", 4 + 4, false, decodeAck},
+	TypeNack:           {"Nack", 4 + 4 + 1, false, decodeNack},
+	TypeSettleError:    {"SettleError", 4 + 8 + 2 + 2, false, decodeSettleError},
 }
 
 // deliverV2Bytes is what version 2 added to the zero Deliver: Incarnation
@@ -72,10 +78,38 @@ func minBody(t FrameType, v uint16) int {
 
 // sinceVersion is the first version that has frame type t.
 func sinceVersion(t FrameType) uint16 {
-	if t == TypeSetMode {
+	switch t {
+	case TypeSetMode:
 		return 4
+	case TypeQueueInfo, TypeQueueInfoReply, TypePurgeQueue, TypePurged, TypeDeleteQueue, TypeDeleted:
+		return 5
 	}
 	return MinVersion
+}
+
+// checkVersion refuses, before it is encoded, a frame that a peer
+// speaking version v would reject: a frame type v does not have, or an
+// error code it does not define. Without it a Writer would send bytes
+// that close the connection at the other end.
+func checkVersion(f Frame, v uint16) error {
+	t := f.Type()
+	if v < sinceVersion(t) {
+		return &FrameError{Type: t, Offset: -1, Err: ErrUnknownFrame,
+			Reason: fmt.Sprintf("not a frame type of protocol version %d (version %d has it)", v, sinceVersion(t))}
+	}
+	var code ErrorCode
+	switch f := f.(type) {
+	case *Error:
+		code = f.Code
+	case *SettleError:
+		code = f.Code
+	default:
+		return nil
+	}
+	if !code.validIn(v) {
+		return malformed(t, "Code", -1, fmt.Sprintf("error code %s is not defined in protocol version %d", code, v))
+	}
+	return nil
 }
 
 // checkBodyLen rejects a body length the frame type can never have in
@@ -122,6 +156,9 @@ func AppendFrame(dst []byte, f Frame) ([]byte, error) {
 
 func appendFrame(dst []byte, f Frame, maxFrame int, v uint16) ([]byte, error) {
 	if err := f.Validate(); err != nil {
+		return dst, err
+	}
+	if err := checkVersion(f, v); err != nil {
 		return dst, err
 	}
 	start := len(dst)

@@ -87,8 +87,8 @@ func (d *decoder) enum(field string, minValid, maxValid uint8) uint8 {
 func (d *decoder) code(field string) ErrorCode {
 	off := d.off
 	c := ErrorCode(d.u16(field))
-	if d.err == nil && !c.Valid() {
-		d.fail(field, off, fmt.Sprintf("error code %d is not defined", uint16(c)))
+	if d.err == nil && !c.validIn(d.version) {
+		d.fail(field, off, fmt.Sprintf("error code %d is not defined in protocol version %d", uint16(c), d.version))
 	}
 	return c
 }

@@ -33,10 +33,14 @@
 // Incarnation after Offset and Key after MessageID. Version 3 adds
 // DedupeMaxEntries and DedupeMaxBytes at the end of Declare. Version 4
 // adds Durability at the end of Confirm, and the SetMode request (a frame
-// type older versions do not have). A Reader and a Writer use version 4's
-// layout until SetVersion gives them the version
-// HelloOK settled for the connection (Hello and HelloOK are the same in
-// all).
+// type older versions do not have). Version 5 adds the queue management
+// requests QueueInfo, PurgeQueue and DeleteQueue with their replies
+// QueueInfoReply, Purged and Deleted, and error code served_elsewhere;
+// no older frame changes. A Reader and a Writer use version 5's layout
+// until SetVersion gives them the version HelloOK settled for the
+// connection (Hello and HelloOK are the same in all). A Reader set to an
+// older version rejects the newer frame types and codes as a peer of that
+// version would, and a Writer refuses to send them.
 //
 // # Invariants
 //

@@ -66,8 +66,9 @@ const (
 	CodeTooLarge           ErrorCode = 9  // frame or message above the limit
 	CodeInternal           ErrorCode = 10 // a server bug or an unexpected failure
 	CodeUnsupportedVersion ErrorCode = 11 // Hello named a version the server does not speak; the connection is closed
+	CodeServedElsewhere    ErrorCode = 12 // version 5: a cluster node does not serve the queue; the message names the node that does
 
-	maxErrorCode = CodeUnsupportedVersion
+	maxErrorCode = CodeServedElsewhere
 )
 
 var codeNames = [...]string{
@@ -82,6 +83,7 @@ var codeNames = [...]string{
 	CodeTooLarge:           "too_large",
 	CodeInternal:           "internal",
 	CodeUnsupportedVersion: "unsupported_version",
+	CodeServedElsewhere:    "served_elsewhere",
 }
 
 func (c ErrorCode) String() string {
@@ -91,8 +93,17 @@ func (c ErrorCode) String() string {
 	return fmt.Sprintf("code(%d)", uint16(c))
 }
 
-// Valid reports whether c is a code of this protocol version.
+// Valid reports whether c is a code of the newest protocol version.
 func (c ErrorCode) Valid() bool { return c >= CodeBadRequest && c <= maxErrorCode }
+
+// validIn reports whether c is a code of protocol version v: a peer of
+// an older version rejects a code it does not know as malformed.
+func (c ErrorCode) validIn(v uint16) bool {
+	if c == CodeServedElsewhere {
+		return v >= 5
+	}
+	return c.Valid()
+}
 
 // Retryable reports whether the same request may succeed later without
 // change: the queue was full, the disk was full, or the queue or broker was

@@ -36,7 +36,7 @@ func Example() {
 		fmt.Println("failed:", f)
 	}
 	// Output:
-	// session 7 version 4
+	// session 7 version 5
 	// confirmed 1 at 0 41
 }
 

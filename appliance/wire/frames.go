@@ -5,39 +5,47 @@ import "fmt"
 // Version is the newest protocol version this package speaks, MinVersion
 // the oldest. Version 2 adds Incarnation and Key to Deliver, version 3
 // the dedupe table's bounds to Declare, version 4 the mode to Confirm and
-// the SetMode request; every other frame is the same in all four. A
-// Reader and a Writer use Version until told the version a connection
+// the SetMode request, version 5 the queue management requests
+// (QueueInfo, PurgeQueue, DeleteQueue), their replies and the
+// served_elsewhere error code; every other frame is the same in all five.
+// A Reader and a Writer use Version until told the version a connection
 // settled on (SetVersion).
 const (
-	Version    uint16 = 4
+	Version    uint16 = 5
 	MinVersion uint16 = 1
 )
 
 // FrameType is the byte after a frame's length.
 type FrameType uint8
 
-// Frame types of versions 1 to 4. 0x0_ is the session, 0x1_ declaring,
+// Frame types of versions 1 to 5. 0x0_ is the session, 0x1_ declaring,
 // 0x2_ publishing, 0x3_ consuming. Type 0 is never valid.
 const (
-	TypeHello        FrameType = 0x01 // client → server, first frame
-	TypeHelloOK      FrameType = 0x02 // server → client
-	TypeError        FrameType = 0x03 // server → client
-	TypeHeartbeat    FrameType = 0x04 // either way
-	TypeGoodbye      FrameType = 0x05 // either way
-	TypeDeclare      FrameType = 0x10 // client → server
-	TypeDeclared     FrameType = 0x11 // server → client
-	TypeSetMode      FrameType = 0x12 // client → server, version 4
-	TypePublish      FrameType = 0x20 // client → server
-	TypeConfirm      FrameType = 0x21 // server → client
-	TypeSubscribe    FrameType = 0x30 // client → server
-	TypeSubscribed   FrameType = 0x31 // server → client
-	TypeUnsubscribe  FrameType = 0x32 // client → server
-	TypeUnsubscribed FrameType = 0x33 // server → client
-	TypeCredit       FrameType = 0x34 // client → server
-	TypeDeliver      FrameType = 0x35 // server → client
-	TypeAck          FrameType = 0x36 // client → server
-	TypeNack         FrameType = 0x37 // client → server
-	TypeSettleError  FrameType = 0x38 // server → client
+	TypeHello          FrameType = 0x01 // client → server, first frame
+	TypeHelloOK        FrameType = 0x02 // server → client
+	TypeError          FrameType = 0x03 // server → client
+	TypeHeartbeat      FrameType = 0x04 // either way
+	TypeGoodbye        FrameType = 0x05 // either way
+	TypeDeclare        FrameType = 0x10 // client → server
+	TypeDeclared       FrameType = 0x11 // server → client
+	TypeSetMode        FrameType = 0x12 // client → server, version 4
+	TypeQueueInfo      FrameType = 0x13 // client → server, version 5
+	TypeQueueInfoReply FrameType = 0x14 // server → client, version 5
+	TypePurgeQueue     FrameType = 0x15 // client → server, version 5
+	TypePurged         FrameType = 0x16 // server → client, version 5
+	TypeDeleteQueue    FrameType = 0x17 // client → server, version 5
+	TypeDeleted        FrameType = 0x18 // server → client, version 5
+	TypePublish        FrameType = 0x20 // client → server
+	TypeConfirm        FrameType = 0x21 // server → client
+	TypeSubscribe      FrameType = 0x30 // client → server
+	TypeSubscribed     FrameType = 0x31 // server → client
+	TypeUnsubscribe    FrameType = 0x32 // client → server
+	TypeUnsubscribed   FrameType = 0x33 // server → client
+	TypeCredit         FrameType = 0x34 // client → server
+	TypeDeliver        FrameType = 0x35 // server → client
+	TypeAck            FrameType = 0x36 // client → server
+	TypeNack           FrameType = 0x37 // client → server
+	TypeSettleError    FrameType = 0x38 // server → client
 )
 
 func (t FrameType) String() string {
@@ -47,7 +55,8 @@ func (t FrameType) String() string {
 	return fmt.Sprintf("FrameType(0x%02x)", uint8(t))
 }
 
-// Known reports whether t is a frame type of this protocol version.
+// Known reports whether t is a frame type of the newest protocol version
+// (older versions lack some: see docs/protocol.md).
 func (t FrameType) Known() bool { return specs[t].decode != nil }
 
 // Frame is one frame of the protocol. Each frame type is a struct in this

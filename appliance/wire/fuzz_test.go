@@ -9,7 +9,8 @@ import (
 )
 
 // FuzzReadFrame feeds arbitrary bytes to a Reader, at every protocol
-// version (the layouts of Deliver and Declare differ between them). It must never panic;
+// version (the layouts of Deliver, Declare and Confirm differ between
+// them, and versions 4 and 5 add frame types). It must never panic;
 // it must allocate in proportion to the bytes it was given, however large
 // the lengths and counts those bytes claim; every error must be io.EOF,
 // io.ErrUnexpectedEOF or a protocol error; and every frame it returns must
@@ -21,7 +22,7 @@ func FuzzReadFrame(f *testing.F) {
 		for v := MinVersion; v <= Version; v++ {
 			b, err := appendFrame(nil, fr, MaxFrameLimit, v)
 			if err != nil {
-				break // the invalid zero frames
+				continue // the invalid zero frames, and frames newer than v
 			}
 			f.Add(b)
 			if v == Version {
@@ -35,6 +36,11 @@ func FuzzReadFrame(f *testing.F) {
 	f.Add(raw(TypePublish, u64(1), str("q"), str(""), str(""), u16(0xFFFF), u32(0)))
 	f.Add(raw(TypeDeclared, u64(1), str("q"), u8(0), u16(1), u8(0), str("")))
 	f.Add(raw(TypeSubscribe, u64(1), u32(1), str("q\xff"), u32(1)))
+	// Version 5: a partition count past the body, and a frontier cut short.
+	f.Add(raw(TypeQueueInfoReply, u64(1), str("q"), u8(1), u64(0), u64(0), u64(0), u32(0), str(""), u16(0xFFFF)))
+	f.Add(raw(TypeQueueInfoReply, u64(1), str("q"), u8(2), u64(3), u64(1), u64(9), u32(1), str(""), u16(1), u64(5)))
+	f.Add(raw(TypeDeleteQueue, u64(1), str("q"), u8(2)))
+	f.Add(raw(TypeError, u64(1), u16(uint16(CodeServedElsewhere)), str("queue q is served by node n2")))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		// The default options, and a small limit and buffer, so that both
