@@ -23,6 +23,10 @@ var (
 	ErrStaleTag     = errors.New("unknown or stale delivery tag")
 	ErrClosed       = errors.New("broker closed")
 	ErrTooLarge     = errors.New("message too large")
+	// ErrServedElsewhere: a cluster node was asked to act on a queue that
+	// another node serves, where the request cannot be passed on (a purge,
+	// a queue's state); the error's text names the node that serves it.
+	ErrServedElsewhere = errors.New("queue served by another node") // 409
 	// ErrOrphanLogs: the data directory holds queue logs that no
 	// declaration in the metadata store names (declfile.go); a conflict.
 	ErrOrphanLogs = fmt.Errorf("%w: queue logs without a declaration", ErrConflict)
@@ -54,6 +58,7 @@ var Catalog = []ErrorClass{
 	{ErrTooLarge, "too_large", wire.CodeTooLarge, http.StatusRequestEntityTooLarge},
 	{ErrConflict, "conflict", wire.CodeConflict, http.StatusConflict},
 	{ErrModeConflict, "mode_conflict", wire.CodeConflict, http.StatusConflict},
+	{ErrServedElsewhere, "served_elsewhere", wire.CodeServedElsewhere, http.StatusConflict},
 	{ErrNotFound, "not_found", wire.CodeNotFound, http.StatusNotFound},
 	{ErrStaleTag, "stale_tag", wire.CodeStaleTag, http.StatusConflict},
 	{ErrInvalid, "invalid", wire.CodeBadRequest, http.StatusBadRequest},

@@ -46,3 +46,21 @@ var _ Consumer = (*appliance.Subscription)(nil)
 type ModeChanger interface {
 	ChangeMode(ctx context.Context, queue string, d appliance.Durability) (cfg appliance.QueueConfig, pending bool, err error)
 }
+
+// ClusterQueues is what a Cluster may also offer for the queue management
+// requests of protocol version 5 (QueueInfo, PurgeQueue, DeleteQueue).
+// The server finds it with a type assertion on Options.Cluster rather
+// than requiring it in Cluster, so that implementations and test fakes
+// written before version 5 keep compiling. Without it, a cluster node
+// refuses DeleteQueue (deleting only its own broker's copy would leave
+// the cluster's declaration and the other copies behind) and answers
+// QueueInfo and PurgeQueue only for the queues its broker serves.
+type ClusterQueues interface {
+	// DeleteQueue deletes a queue cluster-wide, whichever node serves it.
+	// An unknown queue is an error matching appliance.ErrNotFound.
+	DeleteQueue(ctx context.Context, name string) error
+	// Owner names the node serving a queue that this node does not serve:
+	// its id and client address. ok is false when this node serves the
+	// queue or no node does.
+	Owner(queue string) (id, addr string, ok bool)
+}

@@ -27,6 +27,12 @@ func (c *conn) handle(f wire.Frame) bool {
 		return c.request(f.Corr, func() wire.Frame { return c.declare(f) })
 	case *wire.SetMode:
 		return c.request(f.Corr, func() wire.Frame { return c.setMode(f) })
+	case *wire.QueueInfo:
+		return c.request(f.Corr, func() wire.Frame { return c.queueInfo(f) })
+	case *wire.PurgeQueue:
+		return c.request(f.Corr, func() wire.Frame { return c.purgeQueue(f) })
+	case *wire.DeleteQueue:
+		return c.request(f.Corr, func() wire.Frame { return c.deleteQueue(f) })
 	case *wire.Publish:
 		return c.publish(f)
 	case *wire.Subscribe:
@@ -52,7 +58,8 @@ func (c *conn) handle(f wire.Frame) bool {
 	return false
 }
 
-// request runs a synchronous request (Declare, Subscribe, Unsubscribe) and
+// request runs a synchronous request (Declare, SetMode, Subscribe,
+// Unsubscribe, and the queue management requests) and
 // queues its reply (run returns nil if it queued the reply itself).
 func (c *conn) request(corr uint64, run func() wire.Frame) bool {
 	if corr == 0 {

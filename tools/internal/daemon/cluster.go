@@ -249,4 +249,9 @@ func closeCluster(c *federation.Cluster) error {
 	return nil
 }
 
-var _ server.Cluster = (*federation.Cluster)(nil)
+var (
+	_ server.Cluster = (*federation.Cluster)(nil)
+	// A cluster node answers the queue management requests of protocol
+	// version 5 (the server finds this with a type assertion).
+	_ server.ClusterQueues = (*federation.Cluster)(nil)
+)
