@@ -308,6 +308,12 @@ func (cn *conn) handle(f wire.Frame) error {
 		}
 	case *wire.Declared:
 		cn.complete(f.Corr, f, nil)
+	case *wire.QueueInfoReply:
+		cn.complete(f.Corr, f, nil)
+	case *wire.Purged:
+		cn.complete(f.Corr, f, nil)
+	case *wire.Deleted:
+		cn.complete(f.Corr, f, nil)
 	case *wire.Subscribed:
 		cn.complete(f.Corr, f, nil)
 	case *wire.Unsubscribed:

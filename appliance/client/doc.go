@@ -30,7 +30,11 @@
 // DeclareQueue. A queue's mode is fixed by its first declare: a declare
 // naming the other mode fails with ErrConflict, one naming no mode keeps
 // the current one. DeclareResult says which mode is in effect and, for a
-// buffered queue, carries the broker's loss-window warning.
+// buffered queue, carries the broker's loss-window warning. QueueInfo
+// reports a queue's counts and each partition's written and durable
+// frontiers, PurgeQueue discards its ready messages, and DeleteQueue
+// (with IfEmpty, only an empty one) deletes it; they need a broker
+// speaking protocol version 5.
 //
 // # Publishing
 //
@@ -91,8 +95,8 @@
 //
 // The broker's refusals are *Error values carrying a wire.ErrorCode;
 // compare them with errors.Is against ErrNotFound, ErrConflict,
-// ErrQueueFull, ErrDiskFull, ErrUnauthorized, ErrUnavailable and the other
-// code sentinels. The client's own errors are ErrClosed,
+// ErrQueueFull, ErrDiskFull, ErrUnauthorized, ErrUnavailable,
+// ErrServedElsewhere and the other code sentinels. The client's own errors are ErrClosed,
 // ErrConnectionLost, ErrNotConnected, ErrStaleDelivery, ErrAlreadySettled
 // and ErrInvalid. Every call that waits for the broker takes a context
 // and returns its error when it ends first; PublishAsync returns at once

@@ -50,6 +50,10 @@ var (
 	ErrTooLarge           = &Error{Code: wire.CodeTooLarge}
 	ErrInternal           = &Error{Code: wire.CodeInternal}
 	ErrUnsupportedVersion = &Error{Code: wire.CodeUnsupportedVersion}
+	// ErrServedElsewhere: a cluster node was asked for the state or purge
+	// of a queue another node serves; the error's text names that node
+	// and its client address. Ask that node. Protocol version 5.
+	ErrServedElsewhere = &Error{Code: wire.CodeServedElsewhere}
 )
 
 // Errors the client raises itself.

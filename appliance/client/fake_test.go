@@ -23,6 +23,7 @@ type fakeServer struct {
 	token     string // "" accepts any
 	heartbeat uint32 // HelloOK.HeartbeatMillis
 	maxFrame  uint32
+	version   uint16      // the highest protocol version it speaks; 0: wire.Version
 	tls       *tls.Config // serve TLS when set
 	// onFrame, if set, runs on the connection's goroutine for each frame
 	// read, before the fake handles it; false drops the frame. A test can
@@ -206,7 +207,24 @@ func (s *fakeServer) serve(nc net.Conn) {
 		if !s.handle(fc, f) {
 			return
 		}
+		if h, ok := f.(*wire.Hello); ok {
+			// From HelloOK on, both sides use the version it settled.
+			v := s.settle(h.Version)
+			r.SetVersion(v)
+			fc.wmu.Lock()
+			fc.w.SetVersion(v)
+			fc.wmu.Unlock()
+		}
 	}
+}
+
+// settle is the version a Hello asking for asked settles on.
+func (s *fakeServer) settle(asked uint16) uint16 {
+	v := wire.Version
+	if s.version != 0 {
+		v = s.version
+	}
+	return min(asked, v)
 }
 
 func (fc *fakeConn) send(fs ...wire.Frame) {
@@ -260,7 +278,7 @@ func (s *fakeServer) handle(fc *fakeConn, f wire.Frame) bool {
 			fc.send(&wire.Error{Code: wire.CodeUnauthorized, Message: "wrong token"})
 			return false
 		}
-		fc.send(&wire.HelloOK{Version: wire.Version, ServerName: "fake", SessionID: uint64(s.hellos),
+		fc.send(&wire.HelloOK{Version: s.settle(f.Version), ServerName: "fake", SessionID: uint64(s.hellos),
 			MaxFrame: s.maxFrame, HeartbeatMillis: s.heartbeat})
 	case *wire.Heartbeat:
 	case *wire.Goodbye:
