@@ -125,6 +125,14 @@ type proxyConsumer struct {
 	waiting int
 }
 
+// Held is how many deliveries the proxy holds for its local client, not
+// settled yet (the server's sessions list it).
+func (p *proxyConsumer) Held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.held)
+}
+
 var (
 	_ server.Consumer = (*proxyConsumer)(nil)
 	_ interface {

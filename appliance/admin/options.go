@@ -85,6 +85,10 @@ type Options struct {
 	// Uplinks reports the uplinks running beside the broker, for GET
 	// /api/uplinks (rendered as JSON as they are). Default nil: none.
 	Uplinks func() any
+	// Sessions reports the client connections and their subscriptions,
+	// for GET /api/connections (rendered as JSON as they are) and the
+	// dashboard's Connections and Consumers pages. Default nil: none.
+	Sessions func() any
 	// Collectors are exported at /metrics beside the broker's own (the
 	// uplinks' fibril_uplink_ metrics). Default none.
 	Collectors []prometheus.Collector

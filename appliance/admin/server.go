@@ -134,6 +134,7 @@ func (s *Server) routes() http.Handler {
 	api("GET /api/node", s.getNode)
 	api("GET /api/bridges", s.getBridges)
 	api("GET /api/uplinks", s.getUplinks)
+	api("GET /api/connections", s.getConnections)
 	api("GET /api/cluster", s.getCluster)
 	api("POST /api/cluster/join", s.joinCluster)
 	api("GET /api/cluster/settings", s.getClusterSettings)
@@ -255,6 +256,15 @@ func (s *Server) getUplinks(*http.Request) (int, any, error) {
 		return http.StatusOK, map[string]any{"uplinks": []any{}}, nil
 	}
 	return http.StatusOK, map[string]any{"uplinks": s.opts.Uplinks()}, nil
+}
+
+// getConnections answers GET /api/connections: the client connections
+// and each one's subscriptions, as the wire server reports them.
+func (s *Server) getConnections(*http.Request) (int, any, error) {
+	if s.opts.Sessions == nil {
+		return http.StatusOK, map[string]any{"connections": []any{}}, nil
+	}
+	return http.StatusOK, map[string]any{"connections": s.opts.Sessions()}, nil
 }
 
 // getBridges answers GET /api/bridges: the bridges' own report.

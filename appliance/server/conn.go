@@ -41,6 +41,8 @@ type conn struct {
 	out  *outbox
 	subs map[uint32]*subscription // reader only
 
+	stats sessionStats // set at the Hello, before ready (sessions.go)
+
 	admitted bool           // counted as a session; under Server.mu
 	pre      *preauth.Entry // in Server.preHello until the Hello is admitted; set at accept
 
@@ -147,6 +149,7 @@ func (c *conn) hello(f wire.Frame, err error) bool {
 	}
 	c.r.SetMaxFrame(c.s.opts.MaxFrame)
 	c.r.SetVersion(min(h.Version, wire.Version))
+	c.stats.client, c.stats.version, c.stats.since = clip(h.ClientName, 64), min(h.Version, wire.Version), time.Now()
 	c.push(&wire.HelloOK{
 		Version:         min(h.Version, wire.Version),
 		ServerName:      c.s.opts.ServerName,

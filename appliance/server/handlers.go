@@ -45,10 +45,10 @@ func (c *conn) handle(f wire.Frame) bool {
 		}
 		return true
 	case *wire.Ack:
-		c.settle(f.SubID, f.Tags, func(s Consumer) error { return s.Ack(f.Tags...) })
+		c.settle(f.SubID, f.Tags, func(s Consumer) error { return s.Ack(f.Tags...) }, false)
 		return true
 	case *wire.Nack:
-		c.settle(f.SubID, f.Tags, func(s Consumer) error { return s.Nack(f.Requeue, f.Tags...) })
+		c.settle(f.SubID, f.Tags, func(s Consumer) error { return s.Nack(f.Requeue, f.Tags...) }, true)
 		return true
 	case *wire.Hello:
 		c.violation(wire.CodeBadRequest, "a second Hello")
@@ -145,6 +145,7 @@ func (c *conn) publish(f *wire.Publish) bool {
 		c.violation(wire.CodeBadRequest, "a request must have a non-zero Corr")
 		return false
 	}
+	c.stats.published.Add(1)
 	if !c.begin() {
 		c.push(&wire.Error{Corr: f.Corr, Code: wire.CodeUnavailable, Message: closingMessage})
 		return true
@@ -172,6 +173,7 @@ func (c *conn) publish(f *wire.Publish) bool {
 			c.push(c.errorFrame(corr, err))
 			return
 		}
+		c.stats.confirmed.Add(1)
 		c.push(&wire.Confirm{Corr: corr, Partition: uint16(cf.Partition), Offset: cf.Offset, Duplicate: cf.Duplicate,
 			Durability: cf.Durability})
 	})
@@ -187,7 +189,7 @@ func (c *conn) subscribe(f *wire.Subscribe) wire.Frame {
 		delete(c.subs, f.SubID) // the broker ended it: the client subscribes again
 		old.end()
 	}
-	s := &subscription{c: c, id: f.SubID}
+	s := &subscription{c: c, id: f.SubID, stats: subStats{queue: f.Queue, prefetch: int(f.Prefetch)}}
 	// Hold s until Subscribed is queued: the broker may deliver at once,
 	// and Subscribed must go out first.
 	s.mu.Lock()
@@ -236,7 +238,7 @@ func (c *conn) unsubscribe(f *wire.Unsubscribe) wire.Frame {
 
 // settle applies an Ack or Nack and answers every tag that could not be
 // settled with a SettleError.
-func (c *conn) settle(subID uint32, tags []uint64, apply func(Consumer) error) {
+func (c *conn) settle(subID uint32, tags []uint64, apply func(Consumer) error, nack bool) {
 	if len(tags) == 0 {
 		return
 	}
@@ -249,11 +251,17 @@ func (c *conn) settle(subID uint32, tags []uint64, apply func(Consumer) error) {
 		return
 	}
 	err := apply(s.sub)
+	settled := &s.stats.acked
+	if nack {
+		settled = &s.stats.nacked
+	}
 	if err == nil {
+		settled.Add(uint64(len(tags)))
 		return
 	}
 	var stale *appliance.StaleTagsError
 	if errors.As(err, &stale) {
+		settled.Add(uint64(max(0, len(tags)-len(stale.Tags))))
 		for _, t := range stale.Tags {
 			c.push(&wire.SettleError{SubID: subID, Tag: t, Code: wire.CodeStaleTag,
 				Message: fmt.Sprintf("tag %d is unknown, stale or already settled on subscription %d", t, subID)})

@@ -10,8 +10,9 @@ import (
 
 // subscription ties a broker subscription to its SubID on a connection.
 type subscription struct {
-	c  *conn
-	id uint32
+	c     *conn
+	id    uint32
+	stats subStats // sessions.go
 
 	// mu guards sub and ended, and is held while a delivery is queued, so
 	// that Subscribed goes out before the first Deliver and no Deliver
@@ -47,6 +48,7 @@ func (s *subscription) deliver(d appliance.Delivery) {
 		s.sub.Nack(false, d.Tag)
 		return
 	}
+	s.stats.delivered.Add(1)
 	if s.c.pushDelivery(f) {
 		s.c.s.overBudget(time.Now())
 	}

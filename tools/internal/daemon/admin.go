@@ -69,7 +69,8 @@ func startAdmin(cfg Config, ln net.Listener, b *appliance.Broker, m *admin.Metri
 		Logger:               log, Metrics: m, ServerConnections: srv.Connections, ServerRefused: srv.Refused, ServerStats: serverStats(srv),
 		UI:      dashboard.Handler(),
 		Version: Version, Bridges: bridges, Uplinks: func() any { return uplinks() },
-		Collectors: []prometheus.Collector{uplink.Collector(uplinks)}}
+		Collectors: []prometheus.Collector{uplink.Collector(uplinks)},
+		Sessions:   func() any { return srv.Sessions() }}
 	if cluster != nil {
 		opts.Cluster = func() (admin.ClusterView, bool) { return cluster.View(), true }
 		opts.ClusterOps = clusterOps{cluster}

@@ -10,6 +10,7 @@ import { settingsPage } from './settings.js';
 import { nodePage } from './node.js';
 import { bridgesPage } from './bridges.js';
 import { uplinksPage } from './uplinks.js';
+import { connectionsPage, consumersPage } from './connections.js';
 import { clusterPage } from './cluster.js';
 
 const refreshMs = 1000;
@@ -41,6 +42,8 @@ function route() {
     case 'node': return nodePage(root, rates);
     case 'bridges': return bridgesPage(root, rates);
     case 'uplinks': return uplinksPage(root, rates);
+    case 'connections': return connectionsPage(root, rates);
+    case 'consumers': return consumersPage(root, rates);
     case 'cluster': return clusterPage(root);
     default: return null;
   }
