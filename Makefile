@@ -4,7 +4,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 
-.PHONY: build run test acceptance soak cluster-soak fuzz bench bench-log bench-e2e vet clean package package-test
+.PHONY: build run test acceptance soak cluster-soak fuzz bench bench-log bench-e2e vet clean package package-test man
 
 build:
 	@mkdir -p $(BIN)
@@ -96,6 +96,10 @@ package:
 	{ echo '#compdef fibril'; $(PKGBUILD)/host/fibril completion zsh; } > $(PKGBUILD)/completions/_fibril
 	$(PKGBUILD)/host/fibril completion fish > $(PKGBUILD)/completions/fibril.fish
 	$(GO) run ./packaging/cmd/mkpkg --version '$(VERSION)' --date '$(PKGDATE)' --build $(PKGBUILD) --dist dist
+
+# fibril(1) from the commands and their --help (a test checks it is current).
+man:
+	$(GO) run ./tools/fibril __man > packaging/man/fibril.1
 
 # Build the packages, then inspect and install them on this machine (as
 # root: dpkg -i, a real start, publish and consume, upgrade, remove,

@@ -198,3 +198,28 @@ func TestPrintUplinks(t *testing.T) {
 		t.Errorf("no uplinks printed %q (%v)", out.String(), err)
 	}
 }
+
+// The checked-in fibril(1) is what the commands say: every command, its
+// usage, description and flags, from its own --help. Run `make man` after
+// changing a command.
+func TestManPageIsCurrent(t *testing.T) {
+	for _, k := range []string{"FIBRIL_SERVER", "FIBRIL_ADMIN", "FIBRIL_ADMIN_CA", "FIBRIL_TOKEN", "FIBRIL_CONTEXT", "XDG_CONFIG_HOME"} {
+		t.Setenv(k, "") // restored after the test; runMan unsets them
+	}
+	var out strings.Builder
+	if code := runMan(&out); code != exitOK {
+		t.Fatalf("fibril __man exited %d", code)
+	}
+	want, err := os.ReadFile("../../packaging/man/fibril.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != string(want) {
+		t.Fatal("packaging/man/fibril.1 is not what the commands' --help says: run `make man`")
+	}
+	for _, c := range commands {
+		if !strings.Contains(out.String(), `.SS "fibril `+manEscape(strings.Join(c.path, " "))+`"`) {
+			t.Errorf("the page has no section for %v", c.path)
+		}
+	}
+}

@@ -96,6 +96,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == completeQueuesCommand {
 		return completeQueues(ctx, append(args[1:], lead...), stdout)
 	}
+	if len(args) == 1 && args[0] == manCommand {
+		return runMan(stdout)
+	}
 	if len(args) > 0 && args[0] == "help" {
 		args = append(args[1:], "--help")
 	}
