@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -91,6 +93,43 @@ func TestReloadProcess(t *testing.T) {
 	}
 	if !strings.Contains(l, `take effect only at the next restart" sections=storage`) {
 		t.Errorf("the segment size change is not named as waiting for a restart:\n%s", l)
+	}
+
+	// An uplink added, then removed, by reloads: it runs from the reload
+	// on (here backing off: nothing listens where it points) and stops.
+	uplinks := func() []string {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, "GET", p.Admin+"/api/uplinks", nil)
+		req.Header.Set("Authorization", "Bearer new-token")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var v struct {
+			Uplinks []struct {
+				Name string `json:"name"`
+			} `json:"uplinks"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, u := range v.Uplinks {
+			names = append(names, u.Name)
+		}
+		return names
+	}
+	base := "[server]\ntokens = [\"new-token\"]\n[log]\nlevel = \"debug\"\n[storage]\nsegment_size = \"8MiB\"\n"
+	write(base + "[[uplink]]\nname = \"to-hq\"\nqueues = [\"sensors\"]\nto = [\"127.0.0.1:1\"]\n")
+	reload("an uplink added")
+	if got := uplinks(); !slices.Equal(got, []string{"to-hq"}) {
+		t.Errorf("after a reload that adds an uplink, /api/uplinks lists %v", got)
+	}
+	write(base)
+	reload("the uplink removed")
+	if got := uplinks(); len(got) != 0 {
+		t.Errorf("after a reload that removes the uplink, /api/uplinks lists %v", got)
 	}
 
 	write("[server]\ntokens = [\"third-token\"]\n[log]\nlevel = \"loud\"\n")

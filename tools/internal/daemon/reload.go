@@ -33,6 +33,9 @@ type reloadTargets struct {
 	srv   *server.Server
 	adm   *adminServer
 	level *slog.LevelVar
+	// bridges and uplinks stop what runs and start it again from a
+	// config (nil: not restarted, as in tests of the rest).
+	bridges, uplinks func(Config)
 }
 
 // apply applies next (unresolved, as read) over cur (resolved, in
@@ -66,8 +69,22 @@ func (r reloadTargets) apply(cur, next Config, log *slog.Logger) Config {
 	}
 	applied := cur
 	applied.Server.Tokens, applied.Server.TokensFile, applied.Log.Level = tokens, resolved.Server.TokensFile, resolved.Log.Level
+	// The bridges and uplinks reach this fibrild with the first token, so
+	// they start again when it changed as well as when their own tables
+	// did; what they hold unsettled goes back to its queue, as at a stop.
+	tokensChanged := !slices.Equal(cur.Server.Tokens, tokens)
+	if r.bridges != nil && (tokensChanged || !reflect.DeepEqual(cur.Bridge, resolved.Bridge)) {
+		applied.Bridge = resolved.Bridge
+		r.bridges(applied)
+		log.Info("bridges started again with the reloaded config", "bridges", len(resolved.Bridge.NATS))
+	}
+	if r.uplinks != nil && (tokensChanged || !reflect.DeepEqual(cur.Uplink, resolved.Uplink)) {
+		applied.Uplink = resolved.Uplink
+		r.uplinks(applied)
+		log.Info("uplinks started again with the reloaded config", "uplinks", len(resolved.Uplink))
+	}
 	restart := changedSections(applied, resolved)
-	log.Info("config reloaded", "tokens", len(tokens), "tokens_changed", !slices.Equal(cur.Server.Tokens, tokens),
+	log.Info("config reloaded", "tokens", len(tokens), "tokens_changed", tokensChanged,
 		"log_level", resolved.Log.Level)
 	if len(restart) > 0 {
 		log.Warn("config changes that take effect only at the next restart", "sections", strings.Join(restart, ", "))

@@ -168,7 +168,25 @@ func RunReloading(ctx context.Context, cfg Config, log *slog.Logger, reload Relo
 	stopHistory := adm.sampleHistory()
 
 	var runErr error
-	targets := reloadTargets{srv: srv, adm: adm, level: reload.Level}
+	targets := reloadTargets{srv: srv, adm: adm, level: reload.Level,
+		bridges: func(next Config) {
+			running.Load().stop()
+			nb, err := startBridges(next, loopbackAddr(ln.Addr()), srvOpts.TLS, queueExists(b), log)
+			if err != nil { // cannot happen: the reload validated them
+				log.Error("bridges not started again", "err", err)
+				nb = &runningBridges{cancel: func() {}}
+			}
+			running.Store(nb)
+		},
+		uplinks: func(next Config) {
+			runningUp.Load().stop()
+			nu, err := startUplinks(next, loopbackAddr(ln.Addr()), srvOpts.TLS, b, log)
+			if err != nil { // cannot happen: the reload validated them
+				log.Error("uplinks not started again", "err", err)
+				nu = &runningUplinks{cancel: func() {}}
+			}
+			runningUp.Store(nu)
+		}}
 	for running := true; running; {
 		select {
 		case next := <-reload.Configs:
@@ -190,8 +208,8 @@ func RunReloading(ctx context.Context, cfg Config, log *slog.Logger, reload Relo
 	notify(log, sdnotify.StateStopping)
 	stopWatchdog()
 	stopHistory()
-	uplinks.stop() // before the server: they ack through it
-	bridges.stop() // before the server: they ack and nack through it
+	runningUp.Load().stop() // before the server: they ack through it
+	running.Load().stop()   // before the server: they ack and nack through it
 	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 	defer cancel()
 	adm.shutdown(sctx, log)
