@@ -90,6 +90,16 @@ func (b *Broker) SetMode(ctx context.Context, name string, d Durability) (QueueC
 	return b.setMode(ctx, name, d)
 }
 
+// Mode is the mode in effect of queue name on this broker, without the
+// cost of its full info.
+func (b *Broker) Mode(name string) (Durability, error) {
+	q, err := b.queue(name)
+	if err != nil {
+		return 0, err
+	}
+	return q.cfg().Durability, nil
+}
+
 // SetReplicatedMode is SetMode on a cluster node, for the cluster: it
 // changes the mode of a queue this node owns, fenced, with each
 // partition's gate switching inside the fence (ModeSwitcher). The cluster

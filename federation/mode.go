@@ -118,8 +118,8 @@ func (c *Cluster) watchModes() {
 				if q.ModeChange != nil {
 					want = q.ModeChange.To
 				}
-				in, err := b.QueueInfo(name)
-				if err != nil || (q.ModeChange == nil && in.Config.Durability == want) {
+				mode, err := b.Mode(name)
+				if err != nil || (q.ModeChange == nil && mode == want) {
 					continue
 				}
 				c.startMode(name, want)

@@ -194,7 +194,12 @@ func (f *Follower) Serve(c net.Conn) {
 		// A durable queue's copy holds its records synced: what it wrote
 		// under the buffered rule (the queue's mode changed, or a stream
 		// of the buffered queue it was) is synced before it reports.
-		if err := log.Sync(f.ctx); err != nil {
+		// Bounded: a stream whose copy cannot sync gives up and the owner
+		// dials again, rather than handlers piling up behind a stuck disk.
+		sctx, cancel := context.WithTimeout(f.ctx, helloSyncTimeout)
+		err := log.Sync(sctx)
+		cancel()
+		if err != nil {
 			w.send(Refuse{Reason: fmt.Sprintf("sync the copy before following a durable queue: %v", err)})
 			return
 		}
@@ -405,6 +410,9 @@ func (f *Follower) checkAppends(c net.Conn, w *frameWriter, appends <-chan pendi
 		}
 	}
 }
+
+// helloSyncTimeout bounds the sync a durable queue's stream starts with.
+const helloSyncTimeout = 30 * time.Second
 
 // watch reports the copy's position whenever one frontier moves (the
 // durable one when durable is set, else the written one): written as soon
