@@ -244,3 +244,25 @@ func TestPublishWaitsForInstall(t *testing.T) {
 		t.Fatal("a publish held for an install that never came confirmed at Close")
 	}
 }
+
+// The marker a replicated partition writes for its recovered records is
+// refused once the partition closed, never sent on the closed hand-off to
+// the applier (a select with both ready picks either: the send panicked).
+func TestMarkerAfterCloseIsRefused(t *testing.T) {
+	ctx := testCtx(t)
+	b := openBroker(t, vfs.NewMem(), "data", Options{Replication: heldReplication{}})
+	declare(t, ctx, b, QueueConfig{Name: "q", Durability: Durable})
+	q, err := b.queue("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := q.parts[0]
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 64 {
+		if _, err := p.appendMarker(); !errors.Is(err, ErrClosed) {
+			t.Fatalf("a marker after close: %v, want ErrClosed", err)
+		}
+	}
+}

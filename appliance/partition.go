@@ -194,6 +194,14 @@ func (p *partition) handOver(entries []wal.Entry, at *wal.Boundary, room *heldRo
 // the open) and returns its offset once it completed.
 func (p *partition) appendMarker() (uint64, error) {
 	p.submitMu.Lock()
+	select {
+	case <-p.closing:
+		// close may have closed applyCh already (it takes submitMu after
+		// closing): a send below could pick the closed channel.
+		p.submitMu.Unlock()
+		return 0, ErrClosed
+	default:
+	}
 	if err := p.gate.Writable(); err != nil {
 		p.submitMu.Unlock()
 		return 0, err

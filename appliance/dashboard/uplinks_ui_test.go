@@ -9,8 +9,39 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/fibril-edge/fibril/appliance/admin"
-	"github.com/fibril-edge/fibril/federation/uplink"
 )
+
+// uplinkReport and uplinkQueue are the fields of GET /api/uplinks the page
+// reads, as federation/uplink's Stats renders them (the dashboard may not
+// import federation).
+type uplinkReport struct {
+	Name      string        `json:"name"`
+	To        []string      `json:"to"`
+	Remote    string        `json:"remote"`
+	State     string        `json:"state"`
+	LastError string        `json:"last_error"`
+	Window    int           `json:"window"`
+	Queues    []uplinkQueue `json:"queues"`
+}
+
+type uplinkQueue struct {
+	Local            string        `json:"local"`
+	Remote           string        `json:"remote"`
+	State            string        `json:"state"`
+	Reason           string        `json:"reason"`
+	LocalDurability  string        `json:"local_durability"`
+	RemoteDurability string        `json:"remote_durability"`
+	Weakened         bool          `json:"weakened"`
+	BacklogMessages  int64         `json:"backlog_messages"`
+	BacklogBytes     int64         `json:"backlog_bytes"`
+	OldestWaiting    time.Duration `json:"oldest_waiting_ns"`
+	InFlight         int           `json:"in_flight"`
+	Forwarded        uint64        `json:"forwarded"`
+	Duplicates       uint64        `json:"duplicates"`
+	Resent           uint64        `json:"resent"`
+	Refused          uint64        `json:"refused"`
+	LastConfirm      time.Time     `json:"last_confirm"`
+}
 
 // TestDashboardUplinks drives the uplinks page in headless Chromium: an
 // uplink's configuration shows beside its state, a backing-off link names
@@ -18,15 +49,15 @@ import (
 // report live once the link is up and forwarding; it fits a 375 px screen.
 func TestDashboardUplinks(t *testing.T) {
 	var mu sync.Mutex
-	report := uplink.Stats{Name: "to-hq", To: []string{"hq1:7420", "hq2:7420"}, State: uplink.StateBackingOff,
+	report := uplinkReport{Name: "to-hq", To: []string{"hq1:7420", "hq2:7420"}, State: "backing off",
 		LastError: "dial hq1:7420: connection refused", Window: 1024,
-		Queues: []uplink.QueueStats{{Local: "sensors", Remote: "site7-sensors", State: uplink.StateBackingOff,
+		Queues: []uplinkQueue{{Local: "sensors", Remote: "site7-sensors", State: "backing off",
 			Reason: "the link is down", LocalDurability: "durable", RemoteDurability: "buffered", Weakened: true,
 			BacklogMessages: 5000, BacklogBytes: 512000, OldestWaiting: 90 * time.Second}}}
 	base, _ := startNode(t, admin.Options{Uplinks: func() any {
 		mu.Lock()
 		defer mu.Unlock()
-		return []uplink.Stats{report}
+		return []uplinkReport{report}
 	}})
 	b := startBrowser(t, 1280, 900)
 	card := `main[data-page="uplinks"] article[data-uplink="to-hq"]`
@@ -54,9 +85,9 @@ func TestDashboardUplinks(t *testing.T) {
 	b.Screenshot(t, "dashboard-uplinks-down.png")
 
 	mu.Lock()
-	report.State, report.Remote, report.LastError = uplink.StateConnected, "hq2:7420", ""
+	report.State, report.Remote, report.LastError = "connected", "hq2:7420", ""
 	q := &report.Queues[0]
-	q.State, q.Reason, q.BacklogMessages, q.BacklogBytes, q.OldestWaiting = uplink.StateConnected, "", 12, 1200, 0
+	q.State, q.Reason, q.BacklogMessages, q.BacklogBytes, q.OldestWaiting = "connected", "", 12, 1200, 0
 	q.Forwarded, q.Resent, q.LastConfirm = 4988, 17, time.Now()
 	mu.Unlock()
 	b.WaitFor(t, "the forwarded count", number(row+` [data-field="forwarded"]`)+` === 4988`, textOf(row+` [data-field="forwarded"]`))
