@@ -217,17 +217,25 @@ func (c *Cluster) syncQueues() {
 // incarnation is deleted from the broker first. serveMu makes the sync
 // loop and a declaring or deleting client take turns.
 func (c *Cluster) serve(st *control.State, name string) error {
-	q, ok := st.Queues[name]
-	as := st.Assignments[name]
-	if !ok || len(as) == 0 || as[0].Owner != c.node.opts.ID {
-		return nil
-	}
-	if c.isLocal(name) {
+	if lq, ok := c.localQueue(name); ok {
+		if lq.Joining {
+			return nil // adoptPending serves it, once handed over
+		}
 		return fmt.Errorf("%w: the cluster placed queue %s on this node, which keeps a local queue of that name; delete the local one to serve the cluster's",
 			appliance.ErrConflict, name)
 	}
 	c.serveMu.Lock()
 	defer c.serveMu.Unlock()
+	return c.serveLocked(st, name)
+}
+
+// serveLocked is serve with serveMu held.
+func (c *Cluster) serveLocked(st *control.State, name string) error {
+	q, ok := st.Queues[name]
+	as := st.Assignments[name]
+	if !ok || len(as) == 0 || as[0].Owner != c.node.opts.ID {
+		return nil
+	}
 	b := c.boundBroker()
 	inc, served := c.declared[name]
 	if b == nil || (served && inc == q.Incarnation) || !c.newStateLocked(st) {

@@ -205,6 +205,10 @@ func (c *Cluster) adoptLive(q LocalQueue) error {
 	if err != nil {
 		return err
 	}
+	// The hand-over holds serveMu: no other serve (the sync loop's, on
+	// the declaration just applied) opens or marks the queue meanwhile.
+	c.serveMu.Lock()
+	defer c.serveMu.Unlock()
 	c.localMu.Lock()
 	moving := c.local[name].moving
 	if moving == nil {
@@ -216,13 +220,12 @@ func (c *Cluster) adoptLive(q LocalQueue) error {
 	// From here LogDir names the cluster's directory, so the broker's
 	// delete keeps the logs; publishes and subscriptions wait (Owner).
 	if b := c.boundBroker(); b != nil {
-		c.serveMu.Lock()
-		err := b.DeleteQueue(ctx, name)
-		c.serveMu.Unlock()
-		if err != nil && !errors.Is(err, appliance.ErrNotFound) {
+		if err := b.DeleteQueue(ctx, name); err != nil && !errors.Is(err, appliance.ErrNotFound) {
 			return fmt.Errorf("close queue %s to hand it over: %w", name, err)
 		}
 	}
+	delete(c.declared, name)
+	c.fo.setServing(name, false)
 	if err := c.moveAdoptedLogs(name, q.Dirs); err != nil {
 		return err
 	}
@@ -233,8 +236,11 @@ func (c *Cluster) adoptLive(q LocalQueue) error {
 	}
 	st := c.node.State()
 	c.mayServe(st, name)
-	if err := c.serve(st, name); err != nil {
+	if err := c.serveLocked(st, name); err != nil {
 		return err
+	}
+	if _, served := c.declared[name]; !served {
+		return fmt.Errorf("queue %s was not opened where the cluster keeps it", name)
 	}
 	c.localMu.Lock()
 	delete(c.local, name)

@@ -59,6 +59,11 @@ func TestClusterJoinAtRunTimeKeepsAClashingQueueLocal(t *testing.T) {
 		if err != nil {
 			t.Fatalf("start fibrild on %s: %v", o.DataDir, err)
 		}
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("the log of fibrild on %s:\n%s", o.DataDir, p.Log())
+			}
+		})
 		t.Cleanup(p.Kill)
 		return p
 	}
