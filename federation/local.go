@@ -142,20 +142,27 @@ func (c *Cluster) adoptPending() {
 		if len(pending) == 0 {
 			return
 		}
-		var retry <-chan time.Time
 		if _, member := c.node.State().Members[me]; member {
+			failed := false
 			for _, q := range pending {
 				if err := c.adoptLive(q); err != nil {
 					c.log.Error("queue not brought into the cluster yet; retrying", "queue", q.Name, "err", err)
-					retry = time.After(time.Second)
+					failed = true
 					break
 				}
+			}
+			if !failed {
+				continue // every queue handed over (or kept local): look again
+			}
+			select {
+			case <-time.After(time.Second):
+			case <-c.stop:
+				return
 			}
 			continue
 		}
 		select {
 		case <-changed:
-		case <-retry:
 		case <-c.stop:
 			return
 		}
