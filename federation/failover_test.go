@@ -304,18 +304,7 @@ func TestWholeSitePowerCut(t *testing.T) {
 			}
 			want := waltest.Records(t, ol, survives)
 
-			var survived []*vfs.MemFS
-			ids := []string{owner.id, a.Followers[0], a.Followers[1]}
-			for _, id := range ids {
-				survived = append(survived, nodes[id].fs.CrashClone(vfs.CrashCloneCfg{}))
-			}
-			for _, id := range ids {
-				nodes[id].close()
-			}
-			for i, id := range ids {
-				nodes[id].useFS(survived[i])
-				nodes[id].restart(t)
-			}
+			nodes.powerCutAll(t, owner.id, a.Followers[0], a.Followers[1])
 			next := nodes.servedAfter(t, "site", a.Epoch)
 			publishN(t, next.broker, "site", "after", 5)
 			nodes.copiesHold(t, "site", writtenFrontier(mode), want, "record %d, synced on a copy before the cut, missing or changed after the recovery")

@@ -197,6 +197,24 @@ func (n *clusterNode) powerCut(t *testing.T) {
 	n.restart(t)
 }
 
+// powerCutAll cuts the power of the nodes named, all at once: each loses
+// what its queues and copies had not synced at that one moment, and they
+// start again on what was.
+func (c testCluster) powerCutAll(t *testing.T, ids ...string) {
+	t.Helper()
+	survived := make([]*vfs.MemFS, len(ids))
+	for i, id := range ids {
+		survived[i] = c[id].fs.CrashClone(vfs.CrashCloneCfg{})
+	}
+	for _, id := range ids {
+		c[id].close() // what closing writes goes to the old file systems, which are gone
+	}
+	for i, id := range ids {
+		c[id].useFS(survived[i])
+		c[id].restart(t)
+	}
+}
+
 // open starts the node's cluster, broker and (with a client address) its
 // client server on the given listeners.
 func (n *clusterNode) open(t *testing.T, ln, clientLn net.Listener) {

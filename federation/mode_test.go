@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/internal/await"
 	"github.com/fibril-edge/fibril/internal/waltest"
@@ -82,18 +80,7 @@ func TestModeChangeToDurableInTheCluster(t *testing.T) {
 
 	ol, _ := owner.cluster.OwnerLog("mc", 0)
 	want := waltest.Records(t, ol, ol.WrittenNext())
-	ids := []string{owner.id, a.Followers[0], a.Followers[1]}
-	var survived []*vfs.MemFS
-	for _, id := range ids {
-		survived = append(survived, nodes[id].fs.CrashClone(vfs.CrashCloneCfg{}))
-	}
-	for _, id := range ids {
-		nodes[id].close()
-	}
-	for i, id := range ids {
-		nodes[id].useFS(survived[i])
-		nodes[id].restart(t)
-	}
+	nodes.powerCutAll(t, owner.id, a.Followers[0], a.Followers[1])
 	next := nodes.servedAfter(t, "mc", a.Epoch)
 	wantModes(t, publishConfirms(t, next.broker, "mc", "recovered", 3), appliance.Durable, "after the recovery")
 	nodes.copiesHold(t, "mc", (*wal.Log).DurableNext, want, "record %d, confirmed before the power cut, missing or changed after it")
@@ -146,9 +133,14 @@ func TestModeChangeSurvivesAnOwnerReplacement(t *testing.T) {
 	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "move", Durability: appliance.Buffered}, "replica_buffered:2")
 	a := nodes.assignments(t, "move")[0]
 	publishConfirms(t, owner.broker, "move", "before", 10)
+	// Both copies hold the ten synced, so each is a witness for them in
+	// the recovery below (a copy still being created when its syncs shut
+	// would be none, and the recovery would wait for the old owner).
+	nodes.copiesMatch(t, "move", (*wal.Log).DurableNext)
 	for _, f := range a.Followers {
 		nodes[f].syncs.Shut()
 	}
+	publishConfirms(t, owner.broker, "move", "unsynced", 5) // written on the copies, synced on none
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 	_, pending, err := nodes[a.Followers[0]].cluster.SetMode(ctx, "move", appliance.Durable)
 	cancel()
@@ -267,18 +259,7 @@ func TestModeChangeUnderLoadThenWholeSiteCut(t *testing.T) {
 				t.Fatalf("no confirm on both sides of the change (split at %d of %d)", split, len(got))
 			}
 
-			ids := []string{owner.id, a.Followers[0], a.Followers[1]}
-			var survived []*vfs.MemFS
-			for _, id := range ids {
-				survived = append(survived, nodes[id].fs.CrashClone(vfs.CrashCloneCfg{}))
-			}
-			for _, id := range ids {
-				nodes[id].close()
-			}
-			for i, id := range ids {
-				nodes[id].useFS(survived[i])
-				nodes[id].restart(t)
-			}
+			nodes.powerCutAll(t, owner.id, a.Followers[0], a.Followers[1])
 			next := nodes.servedAfter(t, "load", a.Epoch)
 			ol, _ := next.cluster.OwnerLog("load", 0)
 			recs := waltest.Records(t, ol, ol.WrittenNext())
