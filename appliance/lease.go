@@ -26,12 +26,16 @@ type consumer interface {
 	returnCredit()
 }
 
-// lease is one message held by one subscription until deadline.
+// lease is one message held by one subscription until deadline. A
+// delayed lease (a nack with a delay) is held by no subscription any more:
+// its sub is the zero C, its credit went back, and its deadline is when the
+// message is requeued.
 type lease[C consumer] struct {
 	tag      uint64
 	sub      C
 	offset   uint64
 	deadline time.Time
+	delayed  bool
 	index    int // in the expiry heap
 }
 
@@ -99,17 +103,21 @@ func (c *dispatchCore[C]) dispatch(now time.Time, ackDeadline time.Duration, new
 }
 
 // expire ends the leases whose deadline is not after now, earliest first.
-// Their messages are settling: the shell releases the returned offsets
-// through the log (which counts a delivery) and gives the credit back.
-func (c *dispatchCore[C]) expire(now time.Time) []*lease[C] {
-	var ended []*lease[C]
+// Their messages are settling. Of the expired leases the shell gives the
+// credit back and appends an expiry; the delayed ones, whose credit went
+// back at the nack, it requeues as a nack does. Both count a delivery.
+func (c *dispatchCore[C]) expire(now time.Time) (expired, delayed []*lease[C]) {
 	for len(c.expiry) > 0 && !c.expiry[0].deadline.After(now) {
 		l := c.expiry[0]
 		c.drop(l)
 		c.settling(l.offset)
-		ended = append(ended, l)
+		if l.delayed {
+			delayed = append(delayed, l)
+		} else {
+			expired = append(expired, l)
+		}
 	}
-	return ended
+	return expired, delayed
 }
 
 // settle ends the leases sub holds among tags, in the order given; their
@@ -117,8 +125,8 @@ func (c *dispatchCore[C]) expire(now time.Time) []*lease[C] {
 // Tags sub does not hold here are returned as stale and change nothing.
 func (c *dispatchCore[C]) settle(sub C, tags []uint64) (ended []*lease[C], stale []uint64) {
 	for _, tag := range tags {
-		l, ok := c.leases[tag]
-		if !ok || l.sub != sub {
+		l, ok := c.held(sub, tag)
+		if !ok {
 			stale = append(stale, tag)
 			continue
 		}
@@ -127,6 +135,54 @@ func (c *dispatchCore[C]) settle(sub C, tags []uint64) (ended []*lease[C], stale
 		ended = append(ended, l)
 	}
 	return ended, stale
+}
+
+// extend moves the deadline of the leases sub holds among tags to until,
+// earlier or later. Tags sub does not hold here are returned as stale and
+// change nothing.
+func (c *dispatchCore[C]) extend(sub C, tags []uint64, until time.Time) (stale []uint64) {
+	for _, tag := range tags {
+		l, ok := c.held(sub, tag)
+		if !ok {
+			stale = append(stale, tag)
+			continue
+		}
+		c.moveDeadline(l, until)
+	}
+	return stale
+}
+
+// delay detaches the leases sub holds among tags from it: the shell gives
+// the credit of the returned tags back now, and their messages stay out of
+// reach until until, when expire returns them as delayed. Tags sub does
+// not hold here are returned as stale and change nothing.
+func (c *dispatchCore[C]) delay(sub C, tags []uint64, until time.Time) (detached, stale []uint64) {
+	for _, tag := range tags {
+		l, ok := c.held(sub, tag)
+		if !ok {
+			stale = append(stale, tag)
+			continue
+		}
+		detached = append(detached, tag)
+		var none C
+		l.sub, l.delayed = none, true
+		c.moveDeadline(l, until)
+	}
+	return detached, stale
+}
+
+// held finds the lease sub holds under tag: not delayed, not another's.
+func (c *dispatchCore[C]) held(sub C, tag uint64) (*lease[C], bool) {
+	l, ok := c.leases[tag]
+	if !ok || l.delayed || l.sub != sub {
+		return nil, false
+	}
+	return l, true
+}
+
+func (c *dispatchCore[C]) moveDeadline(l *lease[C], until time.Time) {
+	l.deadline = until
+	heap.Fix(&c.expiry, l.index)
 }
 
 // nextDeadline is when the earliest lease expires: the dispatcher's timer
@@ -141,7 +197,8 @@ func (c *dispatchCore[C]) nextDeadline() (time.Time, bool) {
 func (c *dispatchCore[C]) addSub(sub C) { c.subs = append(c.subs, sub) }
 
 // removeSub detaches sub. What it held becomes ready again without
-// counting a delivery; the returned leases give their credit back.
+// counting a delivery; the returned leases give their credit back. Its
+// delayed leases are no longer its own and wait for their deadline.
 func (c *dispatchCore[C]) removeSub(sub C) []*lease[C] {
 	for i, x := range c.subs {
 		if x == sub {
@@ -151,7 +208,7 @@ func (c *dispatchCore[C]) removeSub(sub C) []*lease[C] {
 	}
 	var ended []*lease[C]
 	for _, l := range c.leases {
-		if l.sub == sub {
+		if !l.delayed && l.sub == sub {
 			c.drop(l)
 			c.st.unlease(l.offset)
 			ended = append(ended, l)
@@ -162,7 +219,8 @@ func (c *dispatchCore[C]) removeSub(sub C) []*lease[C] {
 
 // dropRange forgets the messages in [from, to), leased or not (their
 // records were quarantined), and returns the leases that ended with them
-// and how many messages were lost.
+// (delayed ones among them hold no credit) and how many messages were
+// lost.
 func (c *dispatchCore[C]) dropRange(from, to uint64) (ended []*lease[C], lost int64) {
 	for _, l := range c.leases {
 		if l.offset >= from && l.offset < to {

@@ -187,7 +187,10 @@ func TestExpireAtExactInstants(t *testing.T) {
 					t.Fatalf("granted %d at %v, want %d", len(ds), g.at, g.n)
 				}
 			}
-			ended := c.expire(tc.at)
+			ended, delayed := c.expire(tc.at)
+			if len(delayed) != 0 {
+				t.Fatalf("%d delayed leases ended with none delayed", len(delayed))
+			}
 			if got := leaseOffsets(ended); !slices.Equal(got, tc.expired) {
 				t.Fatalf("expired %v, want %v", got, tc.expired)
 			}
@@ -227,7 +230,7 @@ func TestExpiryRedeliversUpToMaxDeliveries(t *testing.T) {
 			t.Fatalf("next deadline %v %v after a grant at %v", deadline, ok, now)
 		}
 		now = deadline
-		ended := c.expire(now)
+		ended, _ := c.expire(now)
 		if got := leaseOffsets(ended); !slices.Equal(got, []uint64{0}) {
 			t.Fatalf("expired %v at %v", got, now)
 		}
@@ -294,6 +297,100 @@ func TestSettleLeases(t *testing.T) {
 	}
 	if ds := c.dispatch(t0, time.Second, tags); len(ds) != 0 {
 		t.Fatalf("settling messages were dispatched: %v", describe(ds))
+	}
+}
+
+// An extension moves a held lease's deadline, earlier or later, and keeps
+// the expiry order right; stale tags change nothing.
+func TestExtendLeases(t *testing.T) {
+	const ack = 10 * time.Second
+	c, tags := newTestCore(t, 3)
+	a, b := &testConsumer{name: "a", credit: 2}, &testConsumer{name: "b", credit: 1}
+	c.addSub(a)
+	c.addSub(b)
+	if got := describe(c.dispatch(t0, ack, tags)); !slices.Equal(got, []string{"a:0/1", "b:1/1", "a:2/1"}) {
+		t.Fatalf("dispatched %v", got)
+	}
+	// tags: a holds 1 (offset 0) and 3 (offset 2), b holds 2 (offset 1).
+	if stale := c.extend(a, []uint64{1, 2, 99}, t0.Add(3*ack)); !slices.Equal(stale, []uint64{2, 99}) {
+		t.Fatalf("stale %v, want [2 99]", stale)
+	}
+	if stale := c.extend(a, []uint64{3}, t0.Add(ack/2)); len(stale) != 0 {
+		t.Fatalf("stale %v", stale)
+	}
+	for _, step := range []struct {
+		at      time.Time
+		expired []uint64 // offsets
+		next    time.Time
+	}{
+		{at: t0.Add(ack/2 - time.Nanosecond), next: t0.Add(ack / 2)},
+		{at: t0.Add(ack / 2), expired: []uint64{2}, next: t0.Add(ack)},
+		{at: t0.Add(ack), expired: []uint64{1}, next: t0.Add(3 * ack)},
+		{at: t0.Add(3*ack - time.Nanosecond), next: t0.Add(3 * ack)},
+		{at: t0.Add(3 * ack), expired: []uint64{0}},
+	} {
+		ended, delayed := c.expire(step.at)
+		if got := leaseOffsets(ended); !slices.Equal(got, step.expired) || len(delayed) != 0 {
+			t.Fatalf("at %v: expired %v delayed %d, want %v", step.at.Sub(t0), got, len(delayed), step.expired)
+		}
+		next, ok := c.nextDeadline()
+		if ok != !step.next.IsZero() || !next.Equal(step.next) {
+			t.Fatalf("at %v: next deadline %v %v, want %v", step.at.Sub(t0), next.Sub(t0), ok, step.next.Sub(t0))
+		}
+	}
+	if stale := c.extend(a, []uint64{1}, t0.Add(5*ack)); !slices.Equal(stale, []uint64{1}) {
+		t.Fatalf("extending an expired lease: stale %v", stale)
+	}
+}
+
+// A delayed nack detaches the lease from its subscription (no longer its
+// to settle, extend or lose on removal), and the lease ends at the delay,
+// reported as delayed, its message settling to be requeued.
+func TestDelayLeases(t *testing.T) {
+	const ack, delay = 10 * time.Second, 4 * time.Second
+	c, tags := newTestCore(t, 2)
+	a := &testConsumer{name: "a", credit: 2}
+	c.addSub(a)
+	if got := describe(c.dispatch(t0, ack, tags)); !slices.Equal(got, []string{"a:0/1", "a:1/1"}) {
+		t.Fatalf("dispatched %v", got)
+	}
+	detached, stale := c.delay(a, []uint64{1, 7}, t0.Add(delay))
+	if !slices.Equal(detached, []uint64{1}) || !slices.Equal(stale, []uint64{7}) {
+		t.Fatalf("delay: detached %v stale %v, want [1] [7]", detached, stale)
+	}
+	for _, tc := range []struct {
+		name string
+		op   func() []uint64 // stale tags
+	}{
+		{"delay again", func() []uint64 { _, s := c.delay(a, []uint64{1}, t0.Add(time.Hour)); return s }},
+		{"extend", func() []uint64 { return c.extend(a, []uint64{1}, t0.Add(time.Hour)) }},
+		{"settle", func() []uint64 { _, s := c.settle(a, []uint64{1}); return s }},
+	} {
+		if stale := tc.op(); !slices.Equal(stale, []uint64{1}) {
+			t.Errorf("%s of a delayed tag: stale %v, want [1]", tc.name, stale)
+		}
+	}
+	if ended := c.removeSub(a); !slices.Equal(leaseOffsets(ended), []uint64{1}) {
+		t.Fatalf("removing a ended leases on %v, want only [1]", leaseOffsets(ended))
+	}
+	if m := c.st.msgs[0]; m.status != msgLeased {
+		t.Fatalf("delayed message is %d before its delay, want leased", m.status)
+	}
+	if next, ok := c.nextDeadline(); !ok || !next.Equal(t0.Add(delay)) {
+		t.Fatalf("next deadline %v %v, want the delay", next.Sub(t0), ok)
+	}
+	if ended, delayed := c.expire(t0.Add(delay - time.Nanosecond)); len(ended)+len(delayed) != 0 {
+		t.Fatalf("ended before the delay: %v %v", leaseOffsets(ended), leaseOffsets(delayed))
+	}
+	ended, delayed := c.expire(t0.Add(delay))
+	if len(ended) != 0 || !slices.Equal(leaseOffsets(delayed), []uint64{0}) || !delayed[0].delayed {
+		t.Fatalf("at the delay: expired %v delayed %v", leaseOffsets(ended), leaseOffsets(delayed))
+	}
+	if m := c.st.msgs[0]; m.status != msgSettling {
+		t.Fatalf("delayed message is %d at its delay, want settling", m.status)
+	}
+	if eff := applyRecord(t, c.st, recRelease, encodeSettle(0), 0); eff != effectReady || c.st.msgs[0].deliveries != 1 {
+		t.Fatalf("requeue applied: effect %d, deliveries %d", eff, c.st.msgs[0].deliveries)
 	}
 }
 

@@ -558,23 +558,30 @@ func (p *partition) deliver(d dispatch[*Subscription]) {
 }
 
 // expire ends leases past their deadline: the message is released with one
-// more delivery counted, through the log.
+// more delivery counted, through the log. A delayed nack's lease ends the
+// same way but is recorded as the requeue it is.
 func (p *partition) expire(now time.Time) {
 	p.mu.Lock()
-	ended := p.core.expire(now)
-	p.releaseLocked(ended)
+	expired, delayed := p.core.expire(now)
+	p.releaseLocked(expired)
 	p.mu.Unlock()
-	if len(ended) > 0 {
-		p.q.counters.expired.Add(int64(len(ended)))
-		p.submit(settleEntries(recExpire, leaseOffsets(ended)), p.logSettleError)
+	if len(expired) > 0 {
+		p.q.counters.expired.Add(int64(len(expired)))
+		p.submit(settleEntries(recExpire, leaseOffsets(expired)), p.logSettleError)
+	}
+	if len(delayed) > 0 {
+		p.q.counters.requeued.Add(int64(len(delayed)))
+		p.submit(settleEntries(recRelease, leaseOffsets(delayed)), p.logSettleError)
 	}
 }
 
 // releaseLocked gives the credit of ended leases back to their
-// subscriptions.
+// subscriptions. A delayed lease gave its credit back when it was delayed.
 func (p *partition) releaseLocked(ended []*lease[*Subscription]) {
 	for _, l := range ended {
-		l.sub.release(l.tag)
+		if !l.delayed {
+			l.sub.release(l.tag)
+		}
 	}
 }
 

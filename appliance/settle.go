@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/fibril-edge/fibril/wal"
 )
@@ -10,7 +11,9 @@ import (
 // dispatch core; the partition then appends the decision, or copies the
 // messages to the dead-letter queue first. Nothing is settled until its
 // record is applied: until then the message is settling, neither ready
-// nor leased.
+// nor leased. An extension only moves a lease's deadline; a delayed nack
+// detaches the lease from its subscription and appends the requeue when
+// the delay is over.
 
 // settle applies a consumer's decision on tags it holds on this partition.
 // It returns the tags this subscription does not hold here.
@@ -40,6 +43,32 @@ func (p *partition) settle(sub *Subscription, tags []uint64, kind byte) (stale [
 	default:
 		p.submit(settleEntries(kind, offs), p.logSettleError)
 	}
+	p.wake()
+	return stale
+}
+
+// extend moves the deadline of the leases sub holds among tags on this
+// partition to until. It returns the tags this subscription does not hold
+// here.
+func (p *partition) extend(sub *Subscription, tags []uint64, until time.Time) (stale []uint64) {
+	p.mu.Lock()
+	stale = p.core.extend(sub, tags, until)
+	p.mu.Unlock()
+	p.wake() // the dispatcher's timer follows the earliest deadline
+	return stale
+}
+
+// delay requeues the messages sub holds among tags on this partition at
+// until, not before; their credit goes back to sub now. Nothing is logged
+// until then: the requeue is appended when the delayed lease expires. It
+// returns the tags this subscription does not hold here.
+func (p *partition) delay(sub *Subscription, tags []uint64, until time.Time) (stale []uint64) {
+	p.mu.Lock()
+	detached, stale := p.core.delay(sub, tags, until)
+	for _, tag := range detached {
+		sub.release(tag)
+	}
+	p.mu.Unlock()
 	p.wake()
 	return stale
 }

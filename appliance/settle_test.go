@@ -688,3 +688,127 @@ func TestSettleCounters(t *testing.T) {
 		t.Fatalf("counters %+v, want delivered 3, redelivered 1, acked 1, requeued 1, rejected 1", got)
 	}
 }
+
+// A consumer slower than the ack deadline keeps its message by extending
+// the lease: the ack long after the first deadline still applies, and the
+// message was never delivered again.
+func TestExtendKeepsTheLease(t *testing.T) {
+	const ackDeadline = 300 * time.Millisecond
+	ctx := testCtx(t)
+	b := openBroker(t, vfs.NewMem(), "data", Options{Logger: quietLogger()})
+	defer b.Close()
+	declare(t, ctx, b, QueueConfig{Name: "q", AckDeadline: ackDeadline})
+	publish(t, ctx, b, "q", Message{Body: body(1)})
+	sub, c := subscribe(t, b, "q", 1)
+	d := c.next(t, ctx)
+	start := time.Now()
+	for range 4 {
+		time.Sleep(ackDeadline / 2) // the handler's work, not a wait for an event
+		if err := sub.Extend(d.Tag); err != nil {
+			t.Fatalf("extend after %v: %v", time.Since(start), err)
+		}
+	}
+	time.Sleep(ackDeadline / 2)
+	if held := time.Since(start); held <= ackDeadline {
+		t.Fatalf("held only %v, not past the deadline of %v", held, ackDeadline)
+	}
+	if err := sub.Ack(d.Tag); err != nil {
+		t.Fatalf("ack after %v of extensions: %v", time.Since(start), err)
+	}
+	in := quiet(t, ctx, b, "q")
+	if in.Messages != 0 || in.Counters.Expired != 0 || !c.empty() {
+		t.Fatalf("after the ack: %d messages, %d expired, redelivered %v", in.Messages, in.Counters.Expired, !c.empty())
+	}
+	if err := sub.Extend(d.Tag, 1<<60); !errors.Is(err, ErrStaleTag) {
+		t.Fatalf("extend of a settled and an unknown tag: %v, want ErrStaleTag", err)
+	}
+	var se *StaleTagsError
+	if err := sub.Extend(d.Tag, 1<<60); !errors.As(err, &se) || len(se.Tags) != 2 {
+		t.Fatalf("extend of two stale tags: %v", err)
+	}
+}
+
+// A delayed nack gives the subscription its credit back at once, so other
+// messages come meanwhile, and requeues the message only after the delay,
+// as a nack would: one more delivery, counted as requeued, not expired. A
+// subscription that closes meanwhile does not bring it back early.
+func TestNackDelay(t *testing.T) {
+	const delay = 500 * time.Millisecond
+	ctx := testCtx(t)
+	b := openBroker(t, vfs.NewMem(), "data", Options{Logger: quietLogger()})
+	defer b.Close()
+	declare(t, ctx, b, QueueConfig{Name: "q"})
+	for i := range 2 {
+		publish(t, ctx, b, "q", Message{Body: body(i)})
+	}
+	sub, c := subscribe(t, b, "q", 1)
+	first := c.next(t, ctx)
+	nackedAt := time.Now()
+	if err := sub.NackDelay(delay, first.Tag); err != nil {
+		t.Fatal(err)
+	}
+	if held := sub.Held(); held != 0 {
+		t.Fatalf("holds %d after a delayed nack", held)
+	}
+	for _, tc := range []struct {
+		name   string
+		settle func() error
+	}{
+		{"ack", func() error { return sub.Ack(first.Tag) }},
+		{"nack", func() error { return sub.Nack(true, first.Tag) }},
+		{"delayed nack", func() error { return sub.NackDelay(delay, first.Tag) }},
+		{"extend", func() error { return sub.Extend(first.Tag) }},
+		{"unknown delayed nack", func() error { return sub.NackDelay(delay, 1<<60) }},
+	} {
+		if err := tc.settle(); !errors.Is(err, ErrStaleTag) {
+			t.Errorf("%s of a delayed tag: %v, want ErrStaleTag", tc.name, err)
+		}
+	}
+	second := c.next(t, ctx) // the credit came back
+	if second.Offset == first.Offset || second.Deliveries != 1 {
+		t.Fatalf("meanwhile delivered %+v, want the other message", second)
+	}
+	if err := sub.Ack(second.Tag); err != nil {
+		t.Fatal(err)
+	}
+	sub.Close()
+	_, c2 := subscribe(t, b, "q", 1)
+	again := c2.next(t, ctx)
+	if waited := time.Since(nackedAt); waited < delay {
+		t.Fatalf("redelivered after %v, before the delay of %v", waited, delay)
+	}
+	if again.Offset != first.Offset || again.Deliveries != 2 {
+		t.Fatalf("redelivery %+v after %+v", again, first)
+	}
+	if in := info(t, b, "q"); in.Counters.Requeued != 1 || in.Counters.Expired != 0 {
+		t.Fatalf("requeued %d expired %d, want 1 0", in.Counters.Requeued, in.Counters.Expired)
+	}
+}
+
+// A delayed requeue counts towards max deliveries as a requeue does.
+func TestNackDelayMaxDeliveries(t *testing.T) {
+	ctx := testCtx(t)
+	b := openBroker(t, vfs.NewMem(), "data", Options{Logger: quietLogger()})
+	defer b.Close()
+	declare(t, ctx, b, QueueConfig{Name: "dlq"})
+	declare(t, ctx, b, QueueConfig{Name: "q", MaxDeliveries: 2, DeadLetter: "dlq"})
+	publish(t, ctx, b, "q", Message{Body: body(1)})
+	sub, c := subscribe(t, b, "q", 1)
+	for want := uint32(1); want <= 2; want++ {
+		d := c.next(t, ctx)
+		if d.Deliveries != want {
+			t.Fatalf("delivery %d counted %d", want, d.Deliveries)
+		}
+		if err := sub.NackDelay(10*time.Millisecond, d.Tag); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, dc := subscribe(t, b, "dlq", 1)
+	if d := dc.next(t, ctx); string(d.Body) != string(body(1)) {
+		t.Fatalf("dead letter %q", d.Body)
+	}
+	waitFor(t, ctx, "the message left q", func() bool { return info(t, b, "q").Messages == 0 })
+	if !c.empty() {
+		t.Fatal("delivered past max deliveries")
+	}
+}

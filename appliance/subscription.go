@@ -150,6 +150,30 @@ func (s *Subscription) Nack(requeue bool, tags ...uint64) error {
 	return s.settle(tags, recDiscard)
 }
 
+// NackDelay settles deliveries as not processed and requeues them after
+// delay: they are not delivered again before it has passed, and are then
+// requeued as Nack(true, ...) would have (counting a delivery, up to the
+// queue's MaxDeliveries). The subscription stops holding them at once: its
+// credit comes back now. Until the delay is over the messages count as in
+// flight, and Close leaves them waiting. The delay lives in memory only: a
+// broker restart (or the queue moving to another node) makes them ready at
+// once, as it does every lease. A delay of zero or less is Nack(true, ...).
+func (s *Subscription) NackDelay(delay time.Duration, tags ...uint64) error {
+	if delay <= 0 {
+		return s.settle(tags, recRelease)
+	}
+	until := time.Now().Add(delay)
+	return s.byPartition(tags, func(p *partition, ts []uint64) []uint64 { return p.delay(s, ts, until) })
+}
+
+// Extend resets the ack deadline of deliveries: each must now be settled
+// within the queue's AckDeadline from now, or it is delivered again. A slow
+// consumer calls it while it works on a message, so as not to lose it.
+func (s *Subscription) Extend(tags ...uint64) error {
+	until := time.Now().Add(s.q.cfg().AckDeadline)
+	return s.byPartition(tags, func(p *partition, ts []uint64) []uint64 { return p.extend(s, ts, until) })
+}
+
 // StaleTagsError lists the tags a settle could not apply: unknown, stale,
 // or held by another subscription. It matches ErrStaleTag.
 type StaleTagsError struct {
@@ -166,6 +190,13 @@ func (e *StaleTagsError) Is(target error) bool { return target == ErrStaleTag }
 // settle groups tags by partition. Unknown and stale tags are reported in a
 // *StaleTagsError and never stop the others from settling.
 func (s *Subscription) settle(tags []uint64, kind byte) error {
+	return s.byPartition(tags, func(p *partition, ts []uint64) []uint64 { return p.settle(s, ts, kind) })
+}
+
+// byPartition hands tags to the partitions holding them, grouped. Unknown
+// and stale tags are reported in a *StaleTagsError and never stop the
+// others.
+func (s *Subscription) byPartition(tags []uint64, each func(p *partition, tags []uint64) (stale []uint64)) error {
 	byPart := make(map[*partition][]uint64)
 	var stale []uint64
 	s.mu.Lock()
@@ -179,7 +210,7 @@ func (s *Subscription) settle(tags []uint64, kind byte) error {
 	}
 	s.mu.Unlock()
 	for p, ts := range byPart {
-		stale = append(stale, p.settle(s, ts, kind)...)
+		stale = append(stale, each(p, ts)...)
 	}
 	if len(stale) > 0 {
 		return &StaleTagsError{Tags: stale}
