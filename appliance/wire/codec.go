@@ -48,8 +48,9 @@ var specs = [256]frameSpec{
 	TypeCredit:         {"Credit", 4 + 4, true, decodeCredit},
 	TypeDeliver:        {"Deliver", 4 + 8 + 2 + 8 + 8 + 4 + 2 + 2 + 2 + 4, false, decodeDeliver},
 	TypeAck:            {"Ack", 4 + 4, false, decodeAck},
-	TypeNack:           {"Nack", 4 + 4 + 1, false, decodeNack},
+	TypeNack:           {"Nack", 4 + 4 + 1 + 4, false, decodeNack},
 	TypeSettleError:    {"SettleError", 4 + 8 + 2 + 2, false, decodeSettleError},
+	TypeExtend:         {"Extend", 4 + 4, false, decodeExtend},
 }
 
 // deliverV2Bytes is what version 2 added to the zero Deliver: Incarnation
@@ -63,6 +64,9 @@ const declareV3Bytes = 8 + 8
 // confirmV4Bytes is what version 4 added to Confirm: its Durability (u8).
 const confirmV4Bytes = 1
 
+// nackV5Bytes is what version 5 added to Nack: its DelayMillis (u32).
+const nackV5Bytes = 4
+
 // minBody is the body of the zero-valued frame of type t in version v.
 func minBody(t FrameType, v uint16) int {
 	switch {
@@ -72,6 +76,8 @@ func minBody(t FrameType, v uint16) int {
 		return specs[t].minBody - declareV3Bytes
 	case t == TypeConfirm && v < 4:
 		return specs[t].minBody - confirmV4Bytes
+	case t == TypeNack && v < 5:
+		return specs[t].minBody - nackV5Bytes
 	}
 	return specs[t].minBody
 }
@@ -81,7 +87,7 @@ func sinceVersion(t FrameType) uint16 {
 	switch t {
 	case TypeSetMode:
 		return 4
-	case TypeQueueInfo, TypeQueueInfoReply, TypePurgeQueue, TypePurged, TypeDeleteQueue, TypeDeleted:
+	case TypeQueueInfo, TypeQueueInfoReply, TypePurgeQueue, TypePurged, TypeDeleteQueue, TypeDeleted, TypeExtend:
 		return 5
 	}
 	return MinVersion
@@ -90,7 +96,9 @@ func sinceVersion(t FrameType) uint16 {
 // checkVersion refuses, before it is encoded, a frame that a peer
 // speaking version v would reject: a frame type v does not have, or an
 // error code it does not define. Without it a Writer would send bytes
-// that close the connection at the other end.
+// that close the connection at the other end. It also refuses a Nack
+// with a delay in a version without the field, which would otherwise
+// arrive as a requeue at once.
 func checkVersion(f Frame, v uint16) error {
 	t := f.Type()
 	if v < sinceVersion(t) {
@@ -103,6 +111,11 @@ func checkVersion(f Frame, v uint16) error {
 		code = f.Code
 	case *SettleError:
 		code = f.Code
+	case *Nack:
+		if f.DelayMillis != 0 && v < 5 {
+			return malformed(t, "DelayMillis", -1, fmt.Sprintf("a delay is not a field of protocol version %d", v))
+		}
+		return nil
 	default:
 		return nil
 	}

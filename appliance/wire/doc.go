@@ -35,8 +35,9 @@
 // adds Durability at the end of Confirm, and the SetMode request (a frame
 // type older versions do not have). Version 5 adds the queue management
 // requests QueueInfo, PurgeQueue and DeleteQueue with their replies
-// QueueInfoReply, Purged and Deleted, and error code served_elsewhere;
-// no older frame changes. A Reader and a Writer use version 5's layout
+// QueueInfoReply, Purged and Deleted, error code served_elsewhere, the
+// Extend frame, and DelayMillis at the end of Nack. A Writer set to an
+// older version refuses a Nack with a delay. A Reader and a Writer use version 5's layout
 // until SetVersion gives them the version HelloOK settled for the
 // connection (Hello and HelloOK are the same in all). A Reader set to an
 // older version rejects the newer frame types and codes as a peer of that

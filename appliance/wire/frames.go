@@ -46,6 +46,7 @@ const (
 	TypeAck            FrameType = 0x36 // client → server
 	TypeNack           FrameType = 0x37 // client → server
 	TypeSettleError    FrameType = 0x38 // server → client
+	TypeExtend         FrameType = 0x39 // client → server, version 5
 )
 
 func (t FrameType) String() string {

@@ -213,18 +213,31 @@ func decodeAck(d decoder) (Frame, error) {
 // Nack settles deliveries as not done: Requeue releases them for
 // redelivery; otherwise they are discarded (to the dead-letter queue if
 // one is declared). Fire and forget, like Ack.
+//
+// DelayMillis (version 5) delays a requeue: the messages are ready again
+// only after that many milliseconds, and the subscription stops holding
+// them at once (its credit comes back). 0 requeues at once, and without
+// Requeue it is ignored. Older versions have no such field: a Writer set
+// to one refuses a Nack with a delay rather than requeue at once.
 type Nack struct {
-	SubID   uint32
-	Tags    []uint64
-	Requeue bool
+	SubID       uint32
+	Tags        []uint64
+	Requeue     bool
+	DelayMillis uint32
 }
 
 func (*Nack) Type() FrameType { return TypeNack }
 
-func (f *Nack) AppendBody(b []byte) []byte {
+func (f *Nack) AppendBody(b []byte) []byte { return f.appendBodyVersion(b, Version) }
+
+func (f *Nack) appendBodyVersion(b []byte, v uint16) []byte {
 	b = appendU32(b, f.SubID)
 	b = appendTags(b, f.Tags)
-	return appendBool(b, f.Requeue)
+	b = appendBool(b, f.Requeue)
+	if v >= 5 {
+		b = appendU32(b, f.DelayMillis)
+	}
+	return b
 }
 
 func (f *Nack) Validate() error {
@@ -235,10 +248,42 @@ func (f *Nack) Validate() error {
 
 func decodeNack(d decoder) (Frame, error) {
 	f := &Nack{SubID: d.u32("SubID"), Tags: d.tags("Tags"), Requeue: d.bool("Requeue")}
+	if d.version >= 5 {
+		f.DelayMillis = d.u32("DelayMillis")
+	}
 	return f, d.finish()
 }
 
-// SettleError says one tag of an Ack or Nack could not be settled.
+// Extend (version 5) resets the ack deadline of deliveries the
+// subscription holds: each must now be settled within the queue's ack
+// deadline from when the server handles the frame. Fire and forget, like
+// Ack: only a tag the subscription does not hold gets an answer, a
+// SettleError.
+type Extend struct {
+	SubID uint32
+	Tags  []uint64
+}
+
+func (*Extend) Type() FrameType { return TypeExtend }
+
+func (f *Extend) AppendBody(b []byte) []byte {
+	b = appendU32(b, f.SubID)
+	return appendTags(b, f.Tags)
+}
+
+func (f *Extend) Validate() error {
+	v := validator{typ: TypeExtend}
+	v.tags("Tags", f.Tags)
+	return v.result()
+}
+
+func decodeExtend(d decoder) (Frame, error) {
+	f := &Extend{SubID: d.u32("SubID"), Tags: d.tags("Tags")}
+	return f, d.finish()
+}
+
+// SettleError says one tag of an Ack, Nack or Extend could not be settled
+// (or extended).
 type SettleError struct {
 	SubID   uint32
 	Tag     uint64

@@ -9,7 +9,7 @@ import (
 )
 
 // FuzzReadFrame feeds arbitrary bytes to a Reader, at every protocol
-// version (the layouts of Deliver, Declare and Confirm differ between
+// version (the layouts of Deliver, Declare, Confirm and Nack differ between
 // them, and versions 4 and 5 add frame types). It must never panic;
 // it must allocate in proportion to the bytes it was given, however large
 // the lengths and counts those bytes claim; every error must be io.EOF,
@@ -41,6 +41,13 @@ func FuzzReadFrame(f *testing.F) {
 	f.Add(raw(TypeQueueInfoReply, u64(1), str("q"), u8(2), u64(3), u64(1), u64(9), u32(1), str(""), u16(1), u64(5)))
 	f.Add(raw(TypeDeleteQueue, u64(1), str("q"), u8(2)))
 	f.Add(raw(TypeError, u64(1), u16(uint16(CodeServedElsewhere)), str("queue q is served by node n2")))
+	// Version 5: a Nack's delay cut short, an Extend's tag count past the
+	// body, and a version 4 Nack (no delay) that version 5 reads short.
+	f.Add(raw(TypeNack, u32(1), u32(1), u64(5), u8(1), u16(1)))
+	f.Add(raw(TypeNack, u32(1), u32(1), u64(5), u8(1), u32(0xFFFFFFFF)))
+	f.Add(raw(TypeNack, u32(1), u32(1), u64(5), u8(1)))
+	f.Add(raw(TypeExtend, u32(1), u32(0xFFFFFFFF), u64(1)))
+	f.Add(raw(TypeExtend, u32(1), u32(1), u64(1), u8(0)))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		// The default options, and a small limit and buffer, so that both

@@ -69,6 +69,9 @@ func sampleFrames() []Frame {
 		&Ack{SubID: 2, Tags: []uint64{1, 2, 1 << 63}},
 		&Nack{},
 		&Nack{SubID: 2, Tags: []uint64{5}, Requeue: true},
+		&Nack{SubID: 2, Tags: []uint64{5, 6}, Requeue: true, DelayMillis: 500},
+		&Extend{},
+		&Extend{SubID: 2, Tags: []uint64{1, 1 << 63}},
 		&SettleError{Code: CodeStaleTag},
 		&SettleError{SubID: 2, Tag: 5, Code: CodeStaleTag, Message: "tag 5 is not held by subscription 2"},
 	}

@@ -43,7 +43,7 @@ func TestMalformedFrames(t *testing.T) {
 		{"info reply partitions past the body", raw(TypeQueueInfoReply, u64(1), str("q"), u8(1), u64(0), u64(0), u64(0), u32(0), str(""), u16(0xFFFF)), ErrMalformed, "Partitions"},
 		{"info reply frontier cut short", raw(TypeQueueInfoReply, u64(1), str("q"), u8(1), u64(0), u64(0), u64(0), u32(0), str(""), u16(1), u64(5)), ErrMalformed, "Partitions"},
 		{"if-empty 2", raw(TypeDeleteQueue, u64(1), str("q"), u8(2)), ErrMalformed, "IfEmpty"},
-		{"requeue 255", raw(TypeNack, u32(1), u32(0), u8(255)), ErrMalformed, "Requeue"},
+		{"requeue 255", raw(TypeNack, u32(1), u32(0), u8(255), u32(0)), ErrMalformed, "Requeue"},
 		{"error code 0", raw(TypeError, u64(0), u16(0), str("")), ErrMalformed, "Code"},
 		{"error code 999", raw(TypeSettleError, u32(1), u64(1), u16(999), str("")), ErrMalformed, "Code"},
 		{"huge tag count", raw(TypeAck, u32(1), u32(0xFFFFFFFF), u64(1)), ErrMalformed, "Tags"},
