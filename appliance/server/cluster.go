@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"time"
 
 	"github.com/fibril-edge/fibril/appliance"
 )
@@ -38,6 +39,31 @@ type Consumer interface {
 }
 
 var _ Consumer = (*appliance.Subscription)(nil)
+
+// Extender and DelayedNacker are what a Consumer may also offer for the
+// settle verbs of protocol version 5: Extend frames, and Nack frames with
+// a DelayMillis. The server finds them with a type assertion rather than
+// requiring them in Consumer, so that implementations and test fakes
+// written before version 5 keep compiling. Without them those frames are
+// answered with a SettleError (bad_request) for each tag, and nothing
+// changes. Tags the consumer does not hold are reported as by Ack.
+type Extender interface {
+	// Extend resets the ack deadline of deliveries to now plus the
+	// queue's ack deadline.
+	Extend(tags ...uint64) error
+}
+
+// DelayedNacker: see Extender.
+type DelayedNacker interface {
+	// NackDelay requeues deliveries after delay, not before, and stops
+	// holding them at once.
+	NackDelay(delay time.Duration, tags ...uint64) error
+}
+
+var (
+	_ Extender      = (*appliance.Subscription)(nil)
+	_ DelayedNacker = (*appliance.Subscription)(nil)
+)
 
 // ModeChanger is implemented by a Cluster that changes queue modes
 // cluster-wide: a SetMode request on a cluster node goes through it.

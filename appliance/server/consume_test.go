@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/fibril-edge/fibril/appliance/wire"
 )
@@ -173,4 +174,83 @@ func TestCloseReleasesDeliveries(t *testing.T) {
 			t.Fatalf("redelivery %+v", d)
 		}
 	}
+}
+
+// TestExtendAndDelayedNack: an Extend of held tags is answered by nothing,
+// of stale ones by a SettleError per tag; a Nack with a delay gives the
+// credit back at once (the next message comes meanwhile) and redelivers
+// the message only after the delay.
+func TestExtendAndDelayedNack(t *testing.T) {
+	const delay = 500 * time.Millisecond
+	ts := startServer(t, Options{})
+	c := connect(t, ts.addr, "")
+	c.declare(&wire.Declare{Queue: "q", AckDeadlineMillis: 300})
+	for i := range 2 {
+		c.publish("q", []byte(fmt.Sprint(i)))
+	}
+	c.subscribe(1, "q", 1)
+	first := c.deliver()
+	const bogus = 1 << 60
+	c.send(&wire.Extend{SubID: 1, Tags: []uint64{first.Tag, bogus}})
+	if f, ok := c.read().(*wire.SettleError); !ok || f.Tag != bogus || f.Code != wire.CodeStaleTag {
+		t.Fatalf("extend of a held and an unknown tag: %#v", f)
+	}
+	c.send(&wire.Extend{SubID: 2, Tags: []uint64{first.Tag}})
+	if f, ok := c.read().(*wire.SettleError); !ok || f.Tag != first.Tag || f.Code != wire.CodeStaleTag {
+		t.Fatalf("extend on an unknown subscription: %#v", f)
+	}
+	nackedAt := time.Now()
+	c.send(&wire.Nack{SubID: 1, Tags: []uint64{first.Tag}, Requeue: true, DelayMillis: uint32(delay / time.Millisecond)})
+	second := c.deliver()
+	if second.Offset == first.Offset || second.Deliveries != 1 {
+		t.Fatalf("meanwhile %+v, want the other message", second)
+	}
+	c.send(&wire.Ack{SubID: 1, Tags: []uint64{second.Tag}})
+	again := c.deliver()
+	if waited := time.Since(nackedAt); waited < delay {
+		t.Fatalf("redelivered after %v, before the delay of %v", waited, delay)
+	}
+	if again.Offset != first.Offset || again.Deliveries != 2 {
+		t.Fatalf("redelivery %+v of %+v", again, first)
+	}
+	c.send(&wire.Extend{SubID: 1, Tags: []uint64{first.Tag}}) // delayed, then requeued: stale
+	if f, ok := c.read().(*wire.SettleError); !ok || f.Tag != first.Tag || f.Code != wire.CodeStaleTag {
+		t.Fatalf("extend of a requeued tag: %#v", f)
+	}
+	waitFor(t, "the session's counts", func() bool {
+		for _, s := range ts.Sessions() {
+			for _, sub := range s.Subscriptions {
+				return sub.Acked == 1 && sub.Nacked == 1
+			}
+		}
+		return false
+	})
+}
+
+// TestExtendNeedsVersion5: on a version 4 connection an Extend is an
+// unknown frame, a protocol violation, and a Nack keeps its version 4
+// layout (no delay) and requeues at once.
+func TestExtendNeedsVersion5(t *testing.T) {
+	ts := startServer(t, Options{})
+	c := dial(t, ts.addr)
+	c.send(&wire.Hello{Version: 4, ClientName: t.Name()})
+	if ok, isOK := c.read().(*wire.HelloOK); !isOK || ok.Version != 4 {
+		t.Fatalf("hello at version 4: %+v", ok)
+	}
+	c.declare(&wire.Declare{Queue: "q"})
+	c.publish("q", []byte("m"))
+	c.subscribe(1, "q", 1)
+	d := c.deliver()
+	c.send(&wire.Nack{SubID: 1, Tags: []uint64{d.Tag}, Requeue: true})
+	if again := c.deliver(); again.Deliveries != 2 {
+		t.Fatalf("redelivery %+v", again)
+	}
+	b, err := wire.AppendFrame(nil, &wire.Extend{SubID: 1, Tags: []uint64{d.Tag}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.nc.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	c.expectFatal(wire.CodeBadRequest)
 }

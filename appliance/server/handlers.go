@@ -45,10 +45,13 @@ func (c *conn) handle(f wire.Frame) bool {
 		}
 		return true
 	case *wire.Ack:
-		c.settle(f.SubID, f.Tags, func(s Consumer) error { return s.Ack(f.Tags...) }, false)
+		c.settle(f.SubID, f.Tags, func(s Consumer) error { return s.Ack(f.Tags...) }, settleAck)
 		return true
 	case *wire.Nack:
-		c.settle(f.SubID, f.Tags, func(s Consumer) error { return s.Nack(f.Requeue, f.Tags...) }, true)
+		c.settle(f.SubID, f.Tags, func(s Consumer) error { return nack(s, f) }, settleNack)
+		return true
+	case *wire.Extend:
+		c.settle(f.SubID, f.Tags, extend(f.Tags), settleExtend)
 		return true
 	case *wire.Hello:
 		c.violation(wire.CodeBadRequest, "a second Hello")
@@ -236,9 +239,48 @@ func (c *conn) unsubscribe(f *wire.Unsubscribe) wire.Frame {
 	return &wire.Unsubscribed{Corr: f.Corr, SubID: f.SubID}
 }
 
-// settle applies an Ack or Nack and answers every tag that could not be
-// settled with a SettleError.
-func (c *conn) settle(subID uint32, tags []uint64, apply func(Consumer) error, nack bool) {
+// settleKind says which of a subscription's counters a settle adds to.
+type settleKind uint8
+
+const (
+	settleAck    settleKind = iota
+	settleNack              // with or without requeue, with or without a delay
+	settleExtend            // counts nothing: the delivery stays held
+)
+
+// nack applies a Nack frame; a delay needs a Consumer that can delay
+// (DelayedNacker), and is ignored without Requeue.
+func nack(s Consumer, f *wire.Nack) error {
+	if !f.Requeue || f.DelayMillis == 0 {
+		return s.Nack(f.Requeue, f.Tags...)
+	}
+	d, ok := s.(DelayedNacker)
+	if !ok {
+		return errCannotDelay
+	}
+	return d.NackDelay(time.Duration(f.DelayMillis)*time.Millisecond, f.Tags...)
+}
+
+// extend applies an Extend frame through a Consumer that can extend
+// (Extender).
+func extend(tags []uint64) func(Consumer) error {
+	return func(s Consumer) error {
+		e, ok := s.(Extender)
+		if !ok {
+			return errCannotExtend
+		}
+		return e.Extend(tags...)
+	}
+}
+
+var (
+	errCannotDelay  = fmt.Errorf("%w: this subscription cannot delay a requeue", appliance.ErrInvalid)
+	errCannotExtend = fmt.Errorf("%w: this subscription cannot extend a lease", appliance.ErrInvalid)
+)
+
+// settle applies an Ack, Nack or Extend and answers every tag that could
+// not be settled (or extended) with a SettleError.
+func (c *conn) settle(subID uint32, tags []uint64, apply func(Consumer) error, kind settleKind) {
 	if len(tags) == 0 {
 		return
 	}
@@ -251,17 +293,21 @@ func (c *conn) settle(subID uint32, tags []uint64, apply func(Consumer) error, n
 		return
 	}
 	err := apply(s.sub)
-	settled := &s.stats.acked
-	if nack {
-		settled = &s.stats.nacked
+	count := func(n int) {
+		switch kind {
+		case settleAck:
+			s.stats.acked.Add(uint64(n))
+		case settleNack:
+			s.stats.nacked.Add(uint64(n))
+		}
 	}
 	if err == nil {
-		settled.Add(uint64(len(tags)))
+		count(len(tags))
 		return
 	}
 	var stale *appliance.StaleTagsError
 	if errors.As(err, &stale) {
-		settled.Add(uint64(max(0, len(tags)-len(stale.Tags))))
+		count(max(0, len(tags)-len(stale.Tags)))
 		for _, t := range stale.Tags {
 			c.push(&wire.SettleError{SubID: subID, Tag: t, Code: wire.CodeStaleTag,
 				Message: fmt.Sprintf("tag %d is unknown, stale or already settled on subscription %d", t, subID)})
