@@ -196,13 +196,13 @@ func (cn *conn) sendLater(f wire.Frame, corr *uint64) {
 }
 
 // settle queues a tag for the next Ack or Nack frame of subID.
-func (cn *conn) settle(subID uint32, kind settleKind, tag uint64) error {
+func (cn *conn) settle(subID uint32, kind settleKind, delayMillis uint32, tag uint64) error {
 	cn.mu.Lock()
 	if cn.dead.Load() || cn.goodbyeSent {
 		cn.mu.Unlock()
 		return ErrStaleDelivery
 	}
-	cn.settles.add(subID, kind, tag)
+	cn.settles.add(subID, kind, delayMillis, tag)
 	cn.mu.Unlock()
 	cn.signal()
 	return nil
