@@ -30,7 +30,8 @@ const consumeTimeout = 10 * time.Second
 // deliveries come back when the subscription or its connection ends, and
 // a delivery whose lease passed is delivered again. One difference: a
 // settle the owner refuses (its lease had expired) is logged here, not
-// answered to the client, since the proxy answers settles at once.
+// answered to the client, since the proxy answers settles at once; so is
+// an extension (Extend) of a lease that had expired on the owner.
 //
 // The subscription follows the queue: once the control state names
 // another owner (a failover moved it, here or elsewhere) or no longer
@@ -134,7 +135,9 @@ func (p *proxyConsumer) Held() int {
 }
 
 var (
-	_ server.Consumer = (*proxyConsumer)(nil)
+	_ server.Consumer      = (*proxyConsumer)(nil)
+	_ server.Extender      = (*proxyConsumer)(nil)
+	_ server.DelayedNacker = (*proxyConsumer)(nil)
 	_ interface {
 		Pause()
 		Resume()
@@ -221,26 +224,66 @@ func (p *proxyConsumer) Nack(requeue bool, tags ...uint64) error {
 	return p.settle(tags, func(d *client.Delivery) error { return d.Nack(requeue) })
 }
 
+// NackDelay settles tags as not done on the owner, which requeues them
+// after delay; the owner's subscription stops holding them at once, so
+// the prefetch window reopens.
+func (p *proxyConsumer) NackDelay(delay time.Duration, tags ...uint64) error {
+	return p.settle(tags, func(d *client.Delivery) error { return d.NackDelay(delay) })
+}
+
+// Extend starts the owner's ack deadline over for tags, which stay held.
+func (p *proxyConsumer) Extend(tags ...uint64) error {
+	return p.apply(tags, false, (*client.Delivery).InProgress)
+}
+
 // settle hands each held tag's settle to the owner's connection; tags not
 // held, and deliveries whose connection to the owner has ended since (the
 // owner redelivers those), are stale.
-func (p *proxyConsumer) settle(tags []uint64, apply func(*client.Delivery) error) error {
+func (p *proxyConsumer) settle(tags []uint64, settle func(*client.Delivery) error) error {
+	return p.apply(tags, true, settle)
+}
+
+// apply hands each held tag's delivery to do: a settle (settles set: the
+// tag is no longer held) or an extension. Tags not held, and deliveries
+// whose connection to the owner has ended since (the owner redelivers
+// those), are stale. A verb the owner's protocol version lacks (the
+// client's ErrInvalid, before anything is sent) leaves the tag held and
+// fails the call as invalid.
+func (p *proxyConsumer) apply(tags []uint64, settles bool, do func(*client.Delivery) error) error {
 	var stale []uint64
+	var refused error
 	for _, tag := range tags {
 		p.mu.Lock()
 		d, ok := p.held[tag]
-		delete(p.held, tag)
+		if settles {
+			delete(p.held, tag)
+		}
 		p.mu.Unlock()
 		if !ok {
 			stale = append(stale, tag)
 			continue
 		}
-		if err := apply(d); err != nil {
+		err := do(d)
+		switch {
+		case err == nil:
+		case errors.Is(err, client.ErrInvalid):
+			if settles {
+				p.mu.Lock()
+				if !p.closed {
+					p.held[tag] = d
+				}
+				p.mu.Unlock()
+			}
+			refused = fmt.Errorf("%w: queue %s on node %s: %v", appliance.ErrInvalid, p.queue, p.owner, err)
+		default:
 			if !errors.Is(err, client.ErrStaleDelivery) && !errors.Is(err, client.ErrAlreadySettled) {
 				p.log.Warn("proxied settle failed", "tag", tag, "err", err)
 			}
 			stale = append(stale, tag)
 		}
+	}
+	if refused != nil {
+		return refused
 	}
 	if len(stale) > 0 {
 		return &appliance.StaleTagsError{Tags: stale}

@@ -232,3 +232,79 @@ func TestConsumersFollowAFailover(t *testing.T) {
 		}
 	}
 }
+
+// Through a proxy, InProgress keeps a slow consumer's message past the
+// owner's ack deadline, and NackDelay requeues on the owner after the
+// delay, not before, while the consumer's window reopens at once.
+func TestProxyConsumerExtendsAndDelays(t *testing.T) {
+	const ackDeadline, delay = 300 * time.Millisecond, 500 * time.Millisecond
+	nodes := startNodes(t, 3, nodeOptions{clients: true})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "slow", AckDeadline: ackDeadline}, "")
+	cl := nodes.other(owner).dial(t, ctx)
+	for i := range 3 {
+		if _, err := cl.Publish(ctx, "slow", client.Message{Body: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cons, err := cl.Consume(ctx, "slow", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	next := func(want string, deliveries int) *client.Delivery {
+		t.Helper()
+		select {
+		case d := <-cons.Messages():
+			if string(d.Body) != want || d.Deliveries != deliveries {
+				t.Fatalf("delivered %q (delivery %d), want %q (delivery %d)", d.Body, d.Deliveries, want, deliveries)
+			}
+			return d
+		case <-ctx.Done():
+			t.Fatalf("no delivery of %q", want)
+			return nil
+		}
+	}
+	d := next("0", 1)
+	start := time.Now()
+	for range 4 {
+		time.Sleep(ackDeadline / 2) // the handler's work, not a wait for an event
+		if err := d.InProgress(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(ackDeadline / 2)
+	if held := time.Since(start); held <= ackDeadline {
+		t.Fatalf("held only %v", held)
+	}
+	if err := d.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	d = next("1", 1)
+	nackedAt := time.Now()
+	if err := d.NackDelay(delay); err != nil {
+		t.Fatal(err)
+	}
+	if err := next("2", 1).Ack(); err != nil { // the window reopened at once
+		t.Fatal(err)
+	}
+	d = next("1", 2)
+	if waited := time.Since(nackedAt); waited < delay {
+		t.Fatalf("redelivered after %v, before the delay of %v", waited, delay)
+	}
+	if err := d.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	await.Within(t, 30*time.Second, "the owner's queue empty", func() bool {
+		info, err := owner.broker.QueueInfo("slow")
+		return err == nil && info.Messages == 0
+	})
+	info, err := owner.broker.QueueInfo("slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Counters.Expired != 0 || info.Counters.Requeued != 1 {
+		t.Fatalf("on the owner: %d expired, %d requeued; want 0 and 1", info.Counters.Expired, info.Counters.Requeued)
+	}
+}
