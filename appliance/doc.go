@@ -68,7 +68,10 @@
 // The decisions are pure. partitionState (state.go) applies log records;
 // dispatchCore (lease.go) decides which ready message goes to which
 // subscription (round robin, lowest offset first), when leases expire,
-// what a settle ends and what removing a subscription returns to ready.
+// what a settle ends, how an extension moves a deadline and a delayed nack
+// detaches a lease (its expiry is then a requeue, appended as a release
+// record: nothing of the delay is logged), and what removing a
+// subscription returns to ready.
 // Both take the event (and the core the instant) as arguments and return
 // effects; neither starts goroutines, takes locks, reads the clock or does
 // I/O. The one thing the core asks outside itself is a subscription's

@@ -62,6 +62,15 @@
 // Nack queues its tag, and the connection's writer sends queued tags at
 // once when idle, or together (one frame per consumer and kind) when busy.
 //
+// A handler that needs longer than the queue's AckDeadline calls
+// Delivery.InProgress now and then: each call starts the deadline over,
+// so the broker does not deliver the message again meanwhile. A handler
+// that wants a message back later, not at once, settles it with
+// Delivery.NackDelay(d): the consumer stops holding it (its prefetch slot
+// is free at once) and the broker delivers it again after d, not before.
+// The delay is kept in the broker's memory: a broker restart delivers the
+// message at once. Both need a broker speaking protocol version 5.
+//
 // # Connection loss
 //
 // Each connection has a reader and a writer goroutine. The writer sends a
