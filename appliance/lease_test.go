@@ -434,11 +434,20 @@ func TestDropRange(t *testing.T) {
 	a := &testConsumer{name: "a", credit: 3}
 	c.addSub(a)
 	c.dispatch(t0, time.Second, tags) // leases on 0, 1, 2
+	// Tag 2, on offset 1, is delayed: it holds no credit any more.
+	if _, stale := c.delay(a, []uint64{2}, t0.Add(time.Hour)); len(stale) != 0 {
+		t.Fatalf("delay: stale %v", stale)
+	}
 	ended, lost := c.dropRange(1, 4)
 	offs := leaseOffsets(ended)
 	slices.Sort(offs)
 	if !slices.Equal(offs, []uint64{1, 2}) || lost != 3 {
 		t.Fatalf("dropped leases on %v and %d messages, want [1 2] and 3", offs, lost)
+	}
+	for _, l := range ended { // the shell gives back only what is not delayed
+		if l.delayed != (l.offset == 1) {
+			t.Errorf("dropped lease on %d: delayed %v", l.offset, l.delayed)
+		}
 	}
 	if len(c.leases) != 1 || len(c.expiry) != 1 || c.st.count != 3 {
 		t.Fatalf("after the drop: %d leases, %d in expiry, %d messages", len(c.leases), len(c.expiry), c.st.count)

@@ -153,7 +153,7 @@ func (s *Subscription) Nack(requeue bool, tags ...uint64) error {
 // NackDelay settles deliveries as not processed and requeues them after
 // delay: they are not delivered again before it has passed, and are then
 // requeued as Nack(true, ...) would have (counting a delivery, up to the
-// queue's MaxDeliveries). The subscription stops holding them at once: its
+// queue's MaxDeliveries; the queue's Requeued counter counts it then). The subscription stops holding them at once: its
 // credit comes back now. Until the delay is over the messages count as in
 // flight, and Close leaves them waiting. The delay lives in memory only: a
 // broker restart (or the queue moving to another node) makes them ready at
