@@ -122,6 +122,11 @@ func (c *Client) subscribe(ctx context.Context, queue string, opts SubscribeOpti
 	case opts.Concurrency < 0:
 		return nil, fmt.Errorf("%w subscribe to %s: concurrency %d", ErrInvalid, queue, opts.Concurrency)
 	}
+	if err := ctx.Err(); err != nil {
+		// Done already: nothing is sent. (Sent, the broker's answer and
+		// the context's end could both be ready, and either be taken.)
+		return nil, fmt.Errorf("client: subscribe to %s: %w", queue, err)
+	}
 	s := newConsumer(c, queue, opts)
 	if err := s.subscribeFirst(ctx); err != nil {
 		s.shutdown(err, true)
