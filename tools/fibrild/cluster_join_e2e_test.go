@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/fibril-edge/fibril/appliance/admin"
 	"github.com/fibril-edge/fibril/appliance/client"
+	"github.com/fibril-edge/fibril/internal/await"
 	"github.com/fibril-edge/fibril/internal/fibrildproc"
 )
 
@@ -213,40 +213,10 @@ func TestClusterJoinAtRunTimeKeepsAClashingQueueLocal(t *testing.T) {
 // reports it.
 func wantCount(t *testing.T, ctx context.Context, adminURL, queue string, n int64) {
 	t.Helper()
-	var last int64 = -1
-	for {
-		if qi, err := getQueueMessages(ctx, adminURL, queue); err == nil {
-			if last = qi; last == n {
-				return
-			}
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s at %s holds %d messages, want %d", queue, adminURL, last, n)
-		case <-time.After(20 * time.Millisecond): // polling another process's admin API
-		}
-	}
-}
-
-// getQueueMessages reads a queue's message count from an admin API.
-func getQueueMessages(ctx context.Context, adminURL, queue string) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, adminURL+"/api/queues/"+queue, nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET /api/queues/%s: %s", queue, resp.Status)
-	}
-	var v queueView
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		return 0, err
-	}
-	return v.Messages, nil
+	await.Until(t, ctx, fmt.Sprintf("%s at %s to hold %d messages", queue, adminURL, n), func() bool {
+		m, _ := queueHolds(t, adminURL, queue)
+		return m == n
+	})
 }
 
 // drainBodies consumes n messages of queue through c, acking each, and
