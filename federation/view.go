@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/fibril-edge/fibril/appliance/admin"
+	"github.com/fibril-edge/fibril/federation/control"
 )
 
 // View builds the cluster view the admin API renders.
@@ -27,9 +28,7 @@ func (c *Cluster) View() admin.ClusterView {
 			}
 			qv.LastFailover = lf
 		}
-		if m := q.ModeChange; m != nil {
-			qv.ModeChange = &admin.ClusterModeChange{To: m.To.String(), Since: time.Unix(0, m.Since).UTC()}
-		}
+		qv.ModeChange = ModeChangeView(q.ModeChange)
 		for _, a := range st.Assignments[name] {
 			pv := admin.ClusterPartition{Partition: a.Partition, Owner: a.Owner, Followers: a.Followers, Epoch: a.Epoch, Reads: a.Describe(q.Config.Durability)}
 			if a.Sealing {
@@ -63,4 +62,13 @@ func (c *Cluster) View() admin.ClusterView {
 		v.LocalQueues = append(v.LocalQueues, admin.LocalQueue{Name: q.Name, Reason: q.Reason, Joining: q.Joining})
 	}
 	return v
+}
+
+// ModeChangeView is a pending mode change as the admin API renders it;
+// nil when none is pending.
+func ModeChangeView(m *control.ModeChange) *admin.ClusterModeChange {
+	if m == nil {
+		return nil
+	}
+	return &admin.ClusterModeChange{To: m.To.String(), Since: time.Unix(0, m.Since).UTC()}
 }

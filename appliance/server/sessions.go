@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"crypto/tls"
 	"slices"
 	"sync/atomic"
@@ -95,17 +96,9 @@ func (s *Server) Sessions() []SessionInfo {
 			in.Subscriptions = append(in.Subscriptions, si)
 		}
 		c.pauseMu.Unlock()
-		slices.SortFunc(in.Subscriptions, func(a, b SubscriptionInfo) int { return int(a.ID) - int(b.ID) })
+		slices.SortFunc(in.Subscriptions, func(a, b SubscriptionInfo) int { return cmp.Compare(a.ID, b.ID) })
 		out = append(out, in)
 	}
-	slices.SortFunc(out, func(a, b SessionInfo) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b SessionInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }

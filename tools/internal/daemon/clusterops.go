@@ -3,12 +3,10 @@ package daemon
 import (
 	"context"
 	"maps"
-	"time"
 
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/appliance/admin"
 	"github.com/fibril-edge/fibril/federation"
-	"github.com/fibril-edge/fibril/federation/control"
 )
 
 // clusterOps is the cluster as the admin API changes it: declarations,
@@ -52,7 +50,7 @@ func (c clusterOps) SetMode(ctx context.Context, name string, d appliance.Durabi
 	}
 	return admin.ClusterDeclaration{Name: q.Config.Name, Durability: q.Config.Durability.String(),
 		Partitions: q.Config.Partitions, Policy: q.Policy.String(), Warnings: q.Warnings,
-		ModeChange: viewModeChange(q.ModeChange)}, nil
+		ModeChange: federation.ModeChangeView(q.ModeChange)}, nil
 }
 
 // PendingMode is a queue's pending mode change and the mode in effect, as
@@ -62,12 +60,5 @@ func (c clusterOps) PendingMode(name string) (*admin.ClusterModeChange, string) 
 	if !ok {
 		return nil, ""
 	}
-	return viewModeChange(q.ModeChange), q.Config.Durability.String()
-}
-
-func viewModeChange(m *control.ModeChange) *admin.ClusterModeChange {
-	if m == nil {
-		return nil
-	}
-	return &admin.ClusterModeChange{To: m.To.String(), Since: time.Unix(0, m.Since).UTC()}
+	return federation.ModeChangeView(q.ModeChange), q.Config.Durability.String()
 }
