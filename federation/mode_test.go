@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/fibril-edge/fibril/appliance"
+	"github.com/fibril-edge/fibril/federation/control"
 	"github.com/fibril-edge/fibril/internal/await"
 	"github.com/fibril-edge/fibril/internal/waltest"
 	"github.com/fibril-edge/fibril/wal"
@@ -28,6 +30,34 @@ func publishConfirms(t *testing.T, b *appliance.Broker, queue, prefix string, n 
 		out = append(out, cf)
 	}
 	return out
+}
+
+// setModeInEffect asks through via for queue's mode to change to d and
+// waits until via's control state has the change in effect. SetMode
+// itself answers pending after modeWait; on a loaded machine the owner's
+// syncs can take longer than that, which is not a failure here.
+func setModeInEffect(t *testing.T, via *clusterNode, queue string, d appliance.Durability) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	q, pending, err := via.cluster.SetMode(ctx, queue, d)
+	if err != nil {
+		t.Fatalf("SetMode of %s to %s through %s: %v", queue, d, via.id, err)
+	}
+	if !pending {
+		if q.Config.Durability != d {
+			t.Fatalf("SetMode of %s to %s through %s answered in effect with %s", queue, d, via.id, q.Config.Durability)
+		}
+		return
+	}
+	inEffect := func(s *control.State) bool {
+		q := s.Queues[queue]
+		return q.Config.Durability == d && q.ModeChange == nil
+	}
+	if err := via.cluster.Node().waitFor(ctx, inEffect); err != nil {
+		q := via.cluster.Node().State().Queues[queue]
+		t.Fatalf("the change of %s to %s never took effect: %s with change %+v: %v", queue, d, q.Config.Durability, q.ModeChange, err)
+	}
 }
 
 // wantModes fails unless every confirm states mode d.
@@ -61,10 +91,7 @@ func TestModeChangeToDurableInTheCluster(t *testing.T) {
 	wantModes(t, publishConfirms(t, owner.broker, "mc", "before", 20), appliance.Buffered, "before the change")
 
 	via := nodes[a.Followers[0]]
-	q, pending, err := via.cluster.SetMode(t.Context(), "mc", appliance.Durable)
-	if err != nil || pending || q.Config.Durability != appliance.Durable {
-		t.Fatalf("SetMode through %s: %+v, pending %v, %v", via.id, q, pending, err)
-	}
+	setModeInEffect(t, via, "mc", appliance.Durable)
 	for _, f := range a.Followers {
 		l, _ := nodes[f].cluster.Follower().Log("mc", 0)
 		if l.DurableNext() < 20 {
@@ -170,10 +197,7 @@ func TestModeChangeToBufferedInTheCluster(t *testing.T) {
 	nodes := startNodes(t, 3, nodeOptions{})
 	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "down", Durability: appliance.Durable}, "")
 	wantModes(t, publishConfirms(t, owner.broker, "down", "before", 10), appliance.Durable, "before the change")
-	q, pending, err := owner.cluster.SetMode(t.Context(), "down", appliance.Buffered)
-	if err != nil || pending || q.Config.Durability != appliance.Buffered {
-		t.Fatalf("SetMode: %+v, pending %v, %v", q, pending, err)
-	}
+	setModeInEffect(t, owner, "down", appliance.Buffered)
 	await.Within(t, time.Minute, "the owner's broker to follow", func() bool {
 		in, err := owner.broker.QueueInfo("down")
 		return err == nil && in.Config.Durability == appliance.Buffered
@@ -210,9 +234,15 @@ func TestModeChangeUnderLoadThenWholeSiteCut(t *testing.T) {
 				body string
 			}
 			stop := make(chan struct{})
-			done := make(chan []confirmed)
+			var stopOnce sync.Once
+			done := make(chan []confirmed, 1)
+			finished := make(chan struct{})
 			changed := make(chan struct{})
+			// A failure below must end the publisher before the nodes
+			// close under it (cleanups run last registered first).
+			t.Cleanup(func() { stopOnce.Do(func() { close(stop) }); <-finished })
 			go func() { // one publisher, back to back, through the change and after it
+				defer close(finished)
 				var out []confirmed
 				after := 0
 				for i := 0; ; i++ {
@@ -231,18 +261,13 @@ func TestModeChangeUnderLoadThenWholeSiteCut(t *testing.T) {
 					select {
 					case <-changed:
 						if after++; after == 50 {
-							close(stop)
+							stopOnce.Do(func() { close(stop) })
 						}
 					default:
 					}
 				}
 			}()
-			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-			q, pending, err := nodes[a.Followers[1]].cluster.SetMode(ctx, "load", dir.to)
-			cancel()
-			if err != nil || pending || q.Config.Durability != dir.to {
-				t.Fatalf("SetMode under load: %+v, pending %v, %v", q.Config, pending, err)
-			}
+			setModeInEffect(t, nodes[a.Followers[1]], "load", dir.to)
 			close(changed)
 			got := <-done
 
