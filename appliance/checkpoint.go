@@ -15,7 +15,9 @@ import (
 // the durable frontier covers the boundary, and only then store the
 // snapshot (a synced Pebble write) as recovery authority. Then retention
 // moves the log's head to the lowest offset still needed: never past an
-// unsettled message, the snapshot's boundary, or the durable frontier.
+// unsettled message, the snapshot's boundary, or the durable frontier; on
+// a replicated partition also never past what a follower has not synced
+// or an id the dedupe window remembers (a copy rebuilds from the log).
 
 // markDirty schedules a checkpoint of p.
 func (b *Broker) markDirty(p *partition) {
@@ -98,13 +100,31 @@ func (b *Broker) checkpointPartition(p *partition) error {
 	if len(snap.Messages) > 0 {
 		head = min(head, snap.Messages[0].offset)
 	}
-	if p.gate != nil { // keep what the slowest follower has not synced
-		head = min(head, p.gate.Floor())
+	if p.gate != nil {
+		// Keep what the slowest follower has not synced, and, as a copy
+		// that becomes the owner rebuilds the queue from its log alone,
+		// the records of the ids the dedupe window still remembers.
+		head = min(head, p.gate.Floor(), oldestRemembered(snap.Dedupe, p.q.cfg().DedupeWindow, time.Now()))
 	}
 	if err := p.log.AdvanceHead(head); err != nil {
 		return fmt.Errorf("checkpoint %s/%d: retention: %w", p.q.cfg().Name, p.idx, err)
 	}
 	return nil
+}
+
+// oldestRemembered is the offset of the oldest id in recs still inside the
+// dedupe window at now, or the largest offset when there is none.
+func oldestRemembered(recs []dedupeRecord, window time.Duration, now time.Time) uint64 {
+	oldest := ^uint64(0)
+	if window <= 0 {
+		return oldest
+	}
+	for _, r := range recs {
+		if now.Sub(r.At) < window {
+			oldest = min(oldest, r.Offset)
+		}
+	}
+	return oldest
 }
 
 // setDirty and isDirty read and write the flag a checkpoint clears.

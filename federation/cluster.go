@@ -40,7 +40,18 @@ type ClusterOptions struct {
 	// from the leader before the queue fails over; default
 	// DefaultFailoverTimeout.
 	FailoverTimeout time.Duration
+	// FollowerHold is how long an owner's retention keeps records for a
+	// follower it has not heard from (its node down): past it retention
+	// passes the follower's copy, which is rebuilt from the owner's head
+	// when the follower returns. Default DefaultFollowerHold.
+	FollowerHold time.Duration
 }
+
+// DefaultFollowerHold is ClusterOptions.FollowerHold's default: a node
+// down for a restart or an upgrade resumes its copies where they ended;
+// one down longer costs its owners no more disk than its absence for an
+// hour did.
+const DefaultFollowerHold = time.Hour
 
 // Cluster ties a node's control plane, its local broker and replication
 // together. It is the broker's appliance.Replication: every partition this
@@ -86,6 +97,7 @@ type Cluster struct {
 
 	fo              *failover // recoveries (failover.go)
 	failoverTimeout time.Duration
+	followerHold    time.Duration // ClusterOptions.FollowerHold
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -105,9 +117,12 @@ func OpenCluster(o ClusterOptions) (*Cluster, error) {
 	c := &Cluster{log: logger.With("node", o.Node.ID), owned: map[string]*ownedPartition{},
 		declared: map[string]uint64{}, nodeSet: make(chan struct{}), bound: make(chan struct{}), stop: make(chan struct{}),
 		forwardOpts: o.Forward, forward: map[string]*client.Client{}, forwarders: map[string]*queueForwarder{}, proxies: map[*proxyConsumer]struct{}{}, local: map[string]LocalQueue{}, modeRuns: map[string]bool{}, modeKick: make(chan struct{}, 1), replicaDir: o.ReplicaDir, replicaFS: o.ReplicaFS,
-		fo: newFailover(), failoverTimeout: o.FailoverTimeout}
+		fo: newFailover(), failoverTimeout: o.FailoverTimeout, followerHold: o.FollowerHold}
 	if c.failoverTimeout <= 0 {
 		c.failoverTimeout = DefaultFailoverTimeout
+	}
+	if c.followerHold <= 0 {
+		c.followerHold = DefaultFollowerHold
 	}
 	if c.replicaFS == nil {
 		c.replicaFS = vfs.Default

@@ -68,6 +68,8 @@ type nodeOptions struct {
 	// restarts, and advertises it as the node's client address. Default:
 	// no client server and no client address.
 	clients bool
+	// followerHold is ClusterOptions.FollowerHold; default its default.
+	followerHold time.Duration
 }
 
 // clusterNode is one node of an in-process cluster. Everything it stands
@@ -82,6 +84,7 @@ type clusterNode struct {
 	clientAddr  string // "" without a client server
 	peers       []Peer
 	bootstrap   bool
+	hold        time.Duration // nodeOptions.followerHold
 	fs          *vfs.MemFS
 	replicaFS   vfs.FS
 	syncs       *syncprobe.Probe
@@ -104,7 +107,7 @@ func newNode(t *testing.T, id string, o nodeOptions) (n *clusterNode, ln, client
 	if err != nil {
 		t.Fatal(err)
 	}
-	n = &clusterNode{id: id, raftDir: t.TempDir(), clusterAddr: ln.Addr().String()}
+	n = &clusterNode{id: id, raftDir: t.TempDir(), clusterAddr: ln.Addr().String(), hold: o.followerHold}
 	n.useFS(vfs.NewCrashableMem())
 	if o.clients {
 		if clientLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
@@ -228,7 +231,7 @@ func (n *clusterNode) open(t *testing.T, ln, clientLn net.Listener) {
 		Node: Options{ID: n.id, Dir: n.raftDir, Listener: ln, Listen: n.clusterAddr, Peers: n.peers,
 			ClientAddr: n.clientAddr, Bootstrap: n.bootstrap, ElectionTimeout: testElection, Logger: quiet},
 		ReplicaDir: "replicas", ReplicaFS: n.replicaFS, ReplicaSegmentSize: 1 << 20,
-		FailoverTimeout: testFailover,
+		FailoverTimeout: testFailover, FollowerHold: n.hold,
 	})
 	if err != nil {
 		t.Fatalf("open %s: %v", n.id, err)

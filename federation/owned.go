@@ -347,7 +347,7 @@ func (op *ownedPartition) Wait(stop <-chan struct{}, next uint64) error {
 
 func (op *ownedPartition) Floor() uint64 {
 	if g := op.currentGate(); g != nil {
-		return g.Floor()
+		return g.Floor(op.c.followerHold)
 	}
 	return 0
 }

@@ -70,7 +70,7 @@ func TestJoinersBecomeFollowers(t *testing.T) {
 			await.Until(t, ctx, fmt.Sprintf("the gate of %s/%d to count both copies", q.cfg.Name, part), func() bool {
 				return strings.HasSuffix(g.Pending(end), wantPending)
 			})
-			if floor := g.Floor(); floor < end {
+			if floor := g.Floor(0); floor < end {
 				t.Fatalf("%s/%d floor %d, want at least %d once both copies are durable", q.cfg.Name, part, floor, end)
 			}
 			// The owner's view shows its own log beside both copies, caught up.

@@ -362,40 +362,73 @@ func TestFollowerStartsAtOwnersHead(t *testing.T) {
 	sameRecords(t, "copy", readFrom(t, l, head), readFrom(t, owner, head))
 }
 
-// A copy holding records that all lie before the owner's head is refused
-// with a reason that says so, and is left as it was.
-func TestFollowerRefusesCopyBehindHead(t *testing.T) {
+// A copy holding records that all lie before the owner's head (its node
+// was down while the owner's retention passed it) is rebuilt from the
+// head: its records go, it starts empty at the head, and it is no witness
+// until it holds the owner's end as of the stream's Hello. Fed by a
+// sender, it then holds exactly the owner's records from the head on and
+// seals as a witness.
+func TestFollowerRebuildsCopyBehindHead(t *testing.T) {
 	fs := vfs.NewMem()
 	pre, err := wal.Open(fs.PathJoin("r", "q", "0", "0"), // incarnation 0, partition 0
-		wal.Options{FS: fs, Logger: quiet})
+		wal.Options{FS: fs, SegmentSize: 16 << 10, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	appendRecords(t, pre, 0, 10, wal.AfterFsync)
+	appendRecords(t, pre, 0, 300, wal.AfterFsync) // more than one segment
 	if err := pre.Close(); err != nil {
 		t.Fatal(err)
 	}
-	f := NewFollower(FollowerOptions{Dir: "r", FS: fs, Logger: quiet})
-	defer f.Close()
-	owner, follower := net.Pipe()
-	defer owner.Close()
-	served := make(chan struct{})
-	go func() { defer close(served); f.Serve(follower) }()
-	if _, err := owner.Write(appendFrame(nil, Hello{Epoch: 1, Queue: "q", Head: 500})); err != nil {
-		t.Fatal(err)
-	}
-	fr, err := readFrame(bufio.NewReader(owner))
+	owner, err := wal.Open("owner", wal.Options{FS: vfs.NewMem(), SegmentSize: 16 << 10, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, ok := fr.(Refuse)
-	if !ok || !strings.Contains(r.Reason, "records 0 to 10, all before the owner's head 500") {
-		t.Fatalf("reply %#v", fr)
+	defer owner.Close()
+	appendRecords(t, owner, 0, 3000, wal.AfterFsync)
+	const head = 2000
+	if err := owner.AdvanceHead(head); err != nil {
+		t.Fatal(err)
 	}
+
+	f := NewFollower(FollowerOptions{Dir: "r", FS: fs, SegmentSize: 16 << 10, Logger: quiet})
+	defer f.Close()
+	// A stream that ends right after the follower's answer: the copy is
+	// rebuilt, and holds nothing yet.
+	ownerEnd, followerEnd := net.Pipe()
+	served := make(chan struct{})
+	go func() { defer close(served); f.Serve(followerEnd) }()
+	if _, err := ownerEnd.Write(appendFrame(nil, Hello{Epoch: 1, Queue: "q", Head: head, End: 3000})); err != nil {
+		t.Fatal(err)
+	}
+	fr, err := readFrame(bufio.NewReader(ownerEnd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := fr.(Position); !ok || p.Written != head {
+		t.Fatalf("the follower's answer to a Hello past its copy: %#v, want its position at %d", fr, head)
+	}
+	ownerEnd.Close()
 	<-served
 	l, _ := f.Log("q", 0)
-	if h, w := l.Head(), l.WrittenNext(); h != 0 || w != 10 {
-		t.Fatalf("refused copy changed: head %d written %d", h, w)
+	if h, w := l.Head(), l.WrittenNext(); h != head || w != head {
+		t.Fatalf("rebuilt copy: head %d written %d, want both %d", h, w, head)
+	}
+	res, err := f.Seal(t.Context(), CopyID{Queue: "q"}, 2)
+	if err != nil || res.Witness || res.End != head {
+		t.Fatalf("seal of the copy being rebuilt: %+v, %v; want no witness at %d", res, err, head)
+	}
+
+	// A sender at the seal's epoch fills it from the head.
+	gate := NewGate(Durable, 2, []string{"f1"})
+	s := StartSender(SenderOptions{Hello: Hello{Epoch: 2, Durability: appliance.Durable, Queue: "q"}, Follower: "f1",
+		Addr: serveFollower(t, f), Dial: dialTCP, Log: owner, Gate: gate, Logger: quiet})
+	waitGate(t, gate, 3000)
+	s.Close()
+	l, _ = f.Log("q", 0)
+	sameRecords(t, "rebuilt copy", readFrom(t, l, head), readFrom(t, owner, head))
+	res, err = f.Seal(t.Context(), CopyID{Queue: "q"}, 3)
+	if err != nil || !res.Witness || res.End != 3000 {
+		t.Fatalf("seal of the rebuilt copy: %+v, %v; want a witness at 3000", res, err)
 	}
 }
 

@@ -64,10 +64,11 @@
 // MaxFrame: announcing a frame costs a peer nothing.
 //
 // The follower answers an accepted Hello with its Position. A copy that
-// is empty and ends before the owner's head first moves up to the head,
-// so that a new follower of a queue whose first records retention has
-// removed can start; a copy holding records that all lie before the head
-// is refused. The owner then sends Batches from that position in one of two modes:
+// ends before the owner's head first moves up to the head, so that a new
+// follower of a queue whose first records retention has removed can
+// start; a copy holding records that all lie before the head (its node
+// was down while the owner's retention passed it) is rebuilt: marked as
+// catching up (no witness), emptied and started at the head. The owner then sends Batches from that position in one of two modes:
 //
 //   - Push (early replication), while the follower is within the
 //     sender's CatchUpLag of the owner's written end and at or above what

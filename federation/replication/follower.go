@@ -172,7 +172,7 @@ func (f *Follower) Serve(c net.Conn) {
 		w.send(Refuse{Reason: fmt.Sprintf("stale epoch %d: the copy is sealed at %d", h.Epoch, ep)})
 		return
 	}
-	if err := f.startAtHead(r.log, h); err != nil {
+	if err := f.startAtHead(r, h); err != nil {
 		f.opts.Logger.Error("replica cannot follow", "queue", h.Queue, "partition", h.Partition, "err", err)
 		w.send(Refuse{Reason: err.Error()})
 		return
@@ -182,7 +182,7 @@ func (f *Follower) Serve(c net.Conn) {
 		w.send(Refuse{Reason: err.Error()})
 		return
 	}
-	log := r.log // adoptHistory may have cut it back and reopened it
+	log := r.log // startAtHead or adoptHistory may have cut it back and reopened it
 	dir := f.copyDir(r.id)
 	if to, ok, err := catchUpTarget(f.opts.FS, dir); err == nil && ok && to == catchUpUnknown {
 		if err := MarkCatchUp(f.opts.FS, dir, h.End); err != nil {
@@ -358,25 +358,49 @@ func (f *Follower) adoptHistory(r *replica, h Hello) error {
 	return SaveHistory(f.opts.FS, dir, adopted)
 }
 
-// startAtHead moves an empty copy that ends before the owner's head up to
-// it, so that a new follower of a queue whose first records retention has
-// removed can start. A copy holding records, all before the head, is
-// refused: dropping a replica's records is left to recovery, which
-// decides which history the cluster keeps.
-func (f *Follower) startAtHead(log *wal.Log, h Hello) error {
-	end := log.WrittenNext()
+// startAtHead moves a copy that ends before the owner's head up to it:
+// the owner's retention removed every record the copy lacks, so the
+// stream cannot bring it up to date record by record. An empty copy (a
+// new follower of a queue whose first records retention has removed) is
+// moved at once. A copy holding records, all before the head (a follower
+// that was down while the owner's retention passed it), is rebuilt: it is
+// marked as catching up first, so it is no witness until it holds the
+// owner's end as of this Hello (seal.go), then its records are dropped
+// (wal.CutBack, crash safe) and it starts empty at the head, to be filled
+// from the owner's log like a new copy. The records it drops are ones the
+// owner removed as settled: the queue's state from the head on is in the
+// log from the head on (retention keeps what a rebuild needs, the dedupe
+// window's ids included), so the copy needs nothing below it.
+func (f *Follower) startAtHead(r *replica, h Hello) error {
+	end := r.log.WrittenNext()
 	if end >= h.Head {
 		return nil
 	}
-	if start := log.Head(); start != end {
-		return fmt.Errorf("the copy holds records %d to %d, all before the owner's head %d: "+
-			"it cannot follow until recovery replaces it (or it is removed)", start, end, h.Head)
+	if start := r.log.Head(); start != end {
+		dir := f.copyDir(r.id)
+		if err := MarkCatchUp(f.opts.FS, dir, catchUpUnknown); err != nil {
+			return fmt.Errorf("mark the copy holding records %d to %d, before the owner's head %d, as catching up: %w",
+				start, end, h.Head, err)
+		}
+		// A cut to 0 leaves no segment behind (the first may start below
+		// the head, which is not persisted), and an empty log at 0, which
+		// Rebase then moves to the head.
+		if err := f.cutBack(r, 0); err != nil {
+			return fmt.Errorf("drop the copy's records %d to %d, before the owner's head %d: %w", start, end, h.Head, err)
+		}
+		if r.log.Head() != r.log.WrittenNext() {
+			return fmt.Errorf("the copy holds records %d to %d after dropping those before the owner's head %d",
+				r.log.Head(), r.log.WrittenNext(), h.Head)
+		}
+		f.opts.Logger.Warn("replica ended before the owner's head; rebuilding it from the head", "queue", h.Queue,
+			"partition", h.Partition, "dropped_from", start, "dropped_to", end, "head", h.Head)
 	}
-	if err := log.Rebase(context.Background(), h.Head); err != nil {
+	from := r.log.WrittenNext()
+	if err := r.log.Rebase(context.Background(), h.Head); err != nil {
 		return fmt.Errorf("start the empty copy at the owner's head %d: %w", h.Head, err)
 	}
 	f.opts.Logger.Info("empty replica starts at the owner's head", "queue", h.Queue, "partition", h.Partition,
-		"from", end, "head", h.Head)
+		"from", from, "head", h.Head)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 )
 
 // ErrStopped is returned by Gate.Wait when its stop channel closes.
@@ -41,15 +42,18 @@ type Gate struct {
 	mu        sync.Mutex
 	required  int // copies, owner included
 	followers map[string]Position
+	heard     map[string]time.Time // a follower's last report, or when it joined the gate
 	changed   chan struct{}
 }
 
 // NewGate returns a gate for a partition whose followers are named; the
 // policy needs required copies (owner included) at boundary.
 func NewGate(boundary Boundary, required int, followers []string) *Gate {
-	g := &Gate{boundary: boundary, required: required, followers: map[string]Position{}, changed: make(chan struct{})}
+	g := &Gate{boundary: boundary, required: required, followers: map[string]Position{},
+		heard: map[string]time.Time{}, changed: make(chan struct{})}
+	now := time.Now()
 	for _, f := range followers {
-		g.followers[f] = Position{}
+		g.followers[f], g.heard[f] = Position{}, now
 	}
 	return g
 }
@@ -80,10 +84,15 @@ func (g *Gate) SetFollowers(followers []string, required int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	next := make(map[string]Position, len(followers))
+	heard := make(map[string]time.Time, len(followers))
+	now := time.Now()
 	for _, f := range followers {
-		next[f] = g.followers[f]
+		next[f], heard[f] = g.followers[f], now
+		if at, ok := g.heard[f]; ok {
+			heard[f] = at
+		}
 	}
-	g.followers, g.required = next, required
+	g.followers, g.heard, g.required = next, heard, required
 	close(g.changed)
 	g.changed = make(chan struct{})
 }
@@ -98,6 +107,7 @@ func (g *Gate) Update(follower string, p Position) {
 	if !ok {
 		return
 	}
+	g.heard[follower] = time.Now()
 	p.Written, p.Durable = max(p.Written, cur.Written), max(p.Durable, cur.Durable)
 	if p == cur {
 		return
@@ -155,12 +165,25 @@ func (g *Gate) Wait(stop <-chan struct{}, next uint64) error {
 }
 
 // Floor is the lowest durable position over the followers: retention must
-// keep every record from it on. Written progress never counts here.
-func (g *Gate) Floor() uint64 {
+// keep every record from it on. Written progress never counts here. A
+// follower not heard from for longer than hold (its node down, its stream
+// stuck) no longer holds retention back, so an owner's disk use stays
+// bounded while a follower is gone; its copy is rebuilt from the owner's
+// head when it returns (Follower.startAtHead). hold <= 0 holds for every
+// follower however long.
+func (g *Gate) Floor(hold time.Duration) uint64 {
+	return g.FloorAt(hold, time.Now())
+}
+
+// FloorAt is Floor as of now.
+func (g *Gate) FloorAt(hold time.Duration, now time.Time) uint64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	floor := ^uint64(0)
-	for _, p := range g.followers {
+	for f, p := range g.followers {
+		if hold > 0 && now.Sub(g.heard[f]) > hold {
+			continue
+		}
 		floor = min(floor, p.Durable)
 	}
 	return floor

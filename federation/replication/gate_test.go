@@ -17,7 +17,7 @@ func TestGateSetFollowersAddsAtZero(t *testing.T) {
 	if p := g.Positions(); len(p) != 2 || p["a"] != (Position{Written: 12, Durable: 10}) || p["b"] != (Position{}) {
 		t.Fatalf("positions after adding b: %v", p)
 	}
-	if c, f := g.Ceiling(), g.Floor(); c != 10 || f != 0 {
+	if c, f := g.Ceiling(), g.Floor(0); c != 10 || f != 0 {
 		t.Fatalf("ceiling %d floor %d, want 10 (a alone suffices) and 0 (b holds retention)", c, f)
 	}
 	if s := g.Pending(11); s != "durable on 1 of 3 copies, the policy needs 2" {
@@ -30,7 +30,7 @@ func TestGateSetFollowersAddsAtZero(t *testing.T) {
 		t.Fatalf("ceiling %d with b at 0 and 3 copies required", c)
 	}
 	g.Update("b", Position{Written: 8, Durable: 6})
-	if c, f := g.Ceiling(), g.Floor(); c != 6 || f != 6 {
+	if c, f := g.Ceiling(), g.Floor(0); c != 6 || f != 6 {
 		t.Fatalf("ceiling %d floor %d, want 6 and 6", c, f)
 	}
 	// A follower left out is forgotten; its reports are ignored.
@@ -87,5 +87,43 @@ func TestGateSetFollowersConcurrent(t *testing.T) {
 	wg.Wait()
 	if p := g.Positions()["f0"]; p.Durable != 500 {
 		t.Fatalf("f0 at %v, want durable 500: a kept follower lost progress", p)
+	}
+}
+
+// A follower not heard from for longer than the hold no longer holds
+// retention back; a report brings it back into the floor, and a zero hold
+// holds for every follower however long.
+func TestGateFloorPassesAFollowerGoneTooLong(t *testing.T) {
+	g := NewGate(Durable, 2, []string{"live", "gone"})
+	g.Update("live", Position{Written: 100, Durable: 90})
+	const hold = time.Hour
+	now := time.Now()
+	if f := g.FloorAt(hold, now); f != 0 {
+		t.Fatalf("floor %d within the hold, want 0 (gone holds it)", f)
+	}
+	g.mu.Lock()
+	g.heard["gone"] = now.Add(-2 * hold) // its last report, two hours ago
+	g.mu.Unlock()
+	if f := g.FloorAt(hold, now); f != 90 {
+		t.Fatalf("floor %d with gone past the hold, want 90 (live's)", f)
+	}
+	if f := g.FloorAt(0, now); f != 0 {
+		t.Fatalf("floor %d with no hold, want 0 (every follower holds)", f)
+	}
+	g.Update("gone", Position{Written: 40, Durable: 30})
+	if f := g.FloorAt(hold, time.Now()); f != 30 {
+		t.Fatalf("floor %d once gone reported again, want 30", f)
+	}
+	// Kept across a change of followers; a new one starts heard now.
+	g.mu.Lock()
+	g.heard["gone"] = now.Add(-2 * hold)
+	g.mu.Unlock()
+	g.SetFollowers([]string{"live", "gone", "new"}, 2)
+	if f := g.FloorAt(hold, time.Now()); f != 0 {
+		t.Fatalf("floor %d with a new follower at 0, want 0", f)
+	}
+	g.Update("new", Position{Written: 90, Durable: 90})
+	if f := g.FloorAt(hold, time.Now()); f != 90 {
+		t.Fatalf("floor %d: gone stays past the hold across SetFollowers, want 90", f)
 	}
 }

@@ -165,13 +165,13 @@ func TestGateCounts(t *testing.T) {
 		t.Fatalf("written ceiling %d, want 10", c)
 	}
 	g.Update("a", Position{Written: 5, Durable: 1}) // stale report
-	if c, f := g.Ceiling(), g.Floor(); c != 10 || f != 0 {
+	if c, f := g.Ceiling(), g.Floor(0); c != 10 || f != 0 {
 		t.Fatalf("after a stale report: ceiling %d floor %d", c, f)
 	}
 	d := NewGate(Durable, 3, []string{"a", "b"})
 	d.Update("a", Position{Written: 10, Durable: 7})
 	d.Update("b", Position{Written: 10, Durable: 4})
-	if c, f := d.Ceiling(), d.Floor(); c != 4 || f != 4 {
+	if c, f := d.Ceiling(), d.Floor(0); c != 4 || f != 4 {
 		t.Fatalf("durable ceiling %d floor %d, want 4 and 4 (written never counts)", c, f)
 	}
 	stop := make(chan struct{})

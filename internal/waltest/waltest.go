@@ -11,8 +11,15 @@ import (
 // frontier, failing the test when any is missing.
 func Records(t testing.TB, l *wal.Log, upTo uint64) []wal.Record {
 	t.Helper()
+	return Range(t, l, 0, upTo)
+}
+
+// Range reads the records at offsets [from, upTo) of l at its written
+// frontier, failing the test when any is missing.
+func Range(t testing.TB, l *wal.Log, from, upTo uint64) []wal.Record {
+	t.Helper()
 	var out []wal.Record
-	for next := uint64(0); next < upTo; {
+	for next := from; next < upTo; {
 		recs, err := l.ReadWritten(next, 4<<20)
 		if err != nil {
 			t.Fatal(err)
@@ -23,5 +30,5 @@ func Records(t testing.TB, l *wal.Log, upTo uint64) []wal.Record {
 		out = append(out, recs...)
 		next = recs[len(recs)-1].Offset + 1
 	}
-	return out[:upTo]
+	return out[:upTo-from]
 }

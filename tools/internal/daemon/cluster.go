@@ -39,6 +39,9 @@ type ClusterConfig struct {
 	// FailoverTimeout is how long a queue's owner may stay unreachable
 	// from the leader before its queues fail over; default 3s.
 	FailoverTimeout Duration `toml:"failover_timeout" help:"how long a queue's owner may stay unreachable before its queues fail over (200ms to 10m; default 3s)"`
+	// FollowerHold is how long an owner's retention keeps records for a
+	// follower it has not heard from; default 1h.
+	FollowerHold Duration `toml:"follower_hold" help:"how long an owner keeps records for a follower that is down before its copy must be rebuilt from the owner's oldest record (1m to 30d; default 1h)"`
 }
 
 // Enabled reports whether the node is a cluster member.
@@ -120,6 +123,9 @@ func (c Config) clusterProblems() []Problem {
 	}
 	if ft := time.Duration(cl.FailoverTimeout); ft != 0 && (ft < 200*time.Millisecond || ft > 10*time.Minute) {
 		bad("cluster.failover_timeout", "%v: want 200ms to 10m", ft)
+	}
+	if fh := time.Duration(cl.FollowerHold); fh != 0 && (fh < time.Minute || fh > 30*24*time.Hour) {
+		bad("cluster.follower_hold", "%v: want 1m to 30d", fh)
 	}
 	if cl.Bootstrap && cl.NonVoter {
 		bad("cluster.bootstrap", "a non-voter cannot bootstrap the cluster")
@@ -203,6 +209,7 @@ func openCluster(cfg Config, clientAddr string, log *slog.Logger) (*federation.C
 		ReplicaSegmentSize: int64(cfg.Storage.SegmentSize),
 		Forward:            forwardOptions(cfg, cliTLS),
 		FailoverTimeout:    time.Duration(cl.FailoverTimeout),
+		FollowerHold:       time.Duration(cl.FollowerHold),
 	})
 	if err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ func TestClusterConfigProblems(t *testing.T) {
 		{"bad default policy", "[cluster]\nlisten = \"127.0.0.1:7422\"\nbootstrap = true\ndefault_policy = \"quorum:2\"\n", "cluster.default_policy"},
 		{"off loopback without TLS", "[cluster]\nlisten = \"0.0.0.0:7422\"\nbootstrap = true\n", "cluster.listen"},
 		{"every interface without TLS", "[cluster]\nlisten = \":7422\"\nbootstrap = true\n", "cluster.listen"},
+		{"follower hold too short", "[cluster]\nlisten = \"127.0.0.1:7422\"\nbootstrap = true\nfollower_hold = \"5s\"\n", "cluster.follower_hold"},
 		{"advertise port 0", "[cluster]\nlisten = \"127.0.0.1:0\"\nadvertise = \"10.0.0.1:0\"\nbootstrap = true\n", "cluster.advertise"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -117,7 +117,7 @@ func TestValidate(t *testing.T) {
 
 func TestSetEveryKey(t *testing.T) {
 	keys := Keys()
-	if len(keys) != 40 {
+	if len(keys) != 41 {
 		t.Fatalf("%d keys: %v", len(keys), keys)
 	}
 	values := map[string]string{
@@ -132,7 +132,7 @@ func TestSetEveryKey(t *testing.T) {
 		"cluster.node_id": "n1", "cluster.listen": "127.0.0.1:7422", "cluster.advertise": "10.0.0.1:7422",
 		"cluster.peers": "n2@10.0.0.2:7422, n3@10.0.0.3:7422", "cluster.bootstrap": "true", "cluster.non_voter": "false",
 		"cluster.tls_cert": "c.pem", "cluster.tls_key": "k.pem", "cluster.tls_ca": "ca.pem", "cluster.default_policy": "replica_buffered:2", "cluster.insecure": "true",
-		"cluster.failover_timeout": "1500ms",
+		"cluster.failover_timeout": "1500ms", "cluster.follower_hold": "2h",
 	}
 	var c Config
 	for _, k := range keys {
@@ -160,7 +160,7 @@ func TestSetEveryKey(t *testing.T) {
 		Cluster: ClusterConfig{NodeID: "n1", Listen: "127.0.0.1:7422", Advertise: "10.0.0.1:7422",
 			Peers: []string{"n2@10.0.0.2:7422", "n3@10.0.0.3:7422"}, Bootstrap: true,
 			TLSCert: "c.pem", TLSKey: "k.pem", TLSCA: "ca.pem", DefaultPolicy: "replica_buffered:2", Insecure: true,
-			FailoverTimeout: Duration(1500 * time.Millisecond)},
+			FailoverTimeout: Duration(1500 * time.Millisecond), FollowerHold: Duration(2 * time.Hour)},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("after Set\n got %+v\nwant %+v", c, want)
