@@ -4,7 +4,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin
 
-.PHONY: build run test acceptance soak cluster-soak fuzz bench bench-log bench-e2e vet clean package package-test man
+.PHONY: build run test acceptance soak cluster-soak cluster-ext4 fuzz bench bench-log bench-e2e vet clean package package-test man
 
 build:
 	@mkdir -p $(BIN)
@@ -42,6 +42,11 @@ soak:
 # for FIBRIL_SOAK_DURATION (default 5m); FIBRIL_SEED replays a run.
 cluster-soak:
 	FIBRIL_ACCEPTANCE=1 FIBRIL_SOAK=1 $(GO) test -count=1 -timeout 40m -v -run '^TestClusterSoak$$' ./tools/acceptance/
+
+# The cluster cases (docs/reliability.md) with every node on its own ext4
+# image instead of XFS (not in CI: CI runs them on XFS).
+cluster-ext4:
+	FIBRIL_ACCEPTANCE=1 FIBRIL_CLUSTER_FS=ext4 $(GO) test -count=1 -timeout 30m -v -run '^TestCluster' ./tools/acceptance/
 
 # Brief runs of every fuzz target (CI runs these too). The runs are counted
 # in executions, not seconds: a time budget can end while a worker is still

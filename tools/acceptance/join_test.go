@@ -14,7 +14,7 @@ import (
 // nothing confirmed is lost, and every copy ends identical.
 func TestClusterSoloJoinsWithData(t *testing.T) {
 	ctx := caseCtx(t, 4*time.Minute)
-	e := prepareClusterEnv(t, ctx, "xfs")
+	e := prepareClusterEnv(t, ctx, clusterFS(t))
 	solo := &Broker{Bin: e.nodes[0].Bin, DataDir: e.nodes[0].DataDir, Args: []string{"--storage.segment_size", "1MiB"}}
 	t.Cleanup(solo.Kill)
 	if err := solo.Start(ctx); err != nil {
