@@ -25,8 +25,9 @@ type Options struct {
 	FS vfs.FS
 	// Logger receives the broker's logs. Default slog.Default().
 	Logger *slog.Logger
-	// SegmentSize of every queue log. Default 16 MiB: segments are
-	// preallocated whole, so every partition holds at least one on disk.
+	// SegmentSize of every queue log. Default 16 MiB. Segments reserve
+	// their space in steps as they fill (wal.Options.PreallocAhead), so
+	// an idle partition holds 256 KiB on disk, not a segment.
 	SegmentSize int64
 	// TailCacheBytes per partition log. Default 1 MiB: small devices first.
 	TailCacheBytes int64
@@ -273,9 +274,10 @@ func (b *Broker) Declare(ctx context.Context, c QueueConfig) (DeclareResult, err
 		return DeclareResult{}, err
 	}
 	cfg := c.WithDefaults()
-	// Each partition's first segment is preallocated whole: the disk
-	// budget and the free-space watermark must have room for them before
-	// anything is created.
+	// The disk budget and the free-space watermark must have room for a
+	// segment per partition before anything is created: a segment
+	// reserves its space in steps, but a queue that cannot fill one is
+	// of no use.
 	if err := b.disk.check(int64(cfg.Partitions) * b.opts.SegmentSize); err != nil {
 		return DeclareResult{}, fmt.Errorf("declare %s: %d first segments of %d bytes: %w",
 			cfg.Name, cfg.Partitions, b.opts.SegmentSize, err)

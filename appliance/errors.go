@@ -18,7 +18,7 @@ var (
 	ErrModeConflict = errors.New("durability mode conflict") // 409
 	ErrConflict     = errors.New("declaration conflict")     // 409
 	ErrQueueFull    = errors.New("queue full")               // overflow policy reject
-	ErrDiskFull     = errors.New("storage full")             // disk budget, free-space watermark, or no space for a new segment
+	ErrDiskFull     = errors.New("storage full")             // disk budget, free-space watermark, or no space to grow a log
 	ErrUnavailable  = errors.New("queue unavailable")        // latched log, closing broker
 	ErrStaleTag     = errors.New("unknown or stale delivery tag")
 	ErrClosed       = errors.New("broker closed")

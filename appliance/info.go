@@ -32,7 +32,7 @@ type QueueCounters struct {
 	Discarded       int64
 	DeadLettered    int64
 	RejectedFull    int64 // refused by the queue's limits
-	RejectedDisk    int64 // refused by the disk budget, the free-space watermark, or no space for a new segment
+	RejectedDisk    int64 // refused by the disk budget, the free-space watermark, or no space to grow a log
 	DroppedOverflow int64 // oldest messages dropped by the drop-oldest policy
 	LostQuarantined int64 // messages lost with segments quarantined since start
 	Delivered       int64 // deliveries handed to consumers, redeliveries included

@@ -57,6 +57,7 @@ func (b *Broker) openPartition(q *queue, idx int) (*partition, error) {
 		TailCacheBytes:         b.opts.TailCacheBytes,
 		ScrubBytesPerSecond:    max(b.opts.ScrubBytesPerSecond, 0),
 		BackgroundSyncInterval: walInterval(b.Settings()),
+		LockInProcess:          true, // the metadata store's lock keeps other processes out
 		Logger:                 b.log.With("queue", q.cfg().Name, "partition", idx),
 		OnRecover:              rp.scanned,
 		OnSync:                 b.syncObserver(q.cfg().Name, idx),

@@ -3,13 +3,14 @@ package wal
 import (
 	"context"
 	"errors"
-	"github.com/fibril-edge/fibril/internal/syncprobe"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fibril-edge/fibril/internal/syncprobe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )

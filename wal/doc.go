@@ -87,10 +87,15 @@
 // clean end plus one, 0 while open) and their CRC32C, replaced the same
 // way.
 //
-// Segments are preallocated with fallocate. PreallocExtend (the default,
-// measured faster: see docs/performance.md) sets the file size to the
-// segment size up front, so an fdatasync has no size change to write;
-// PreallocKeepSize reserves blocks without changing the size.
+// Segments are preallocated with fallocate, ahead of the writer
+// (prealloc.go): a new segment reserves 256 KiB, so an idle log costs that
+// much disk rather than a segment, and the rest of the segment (or
+// Options.PreallocAhead at a time) once the writer reaches the end of it.
+// PreallocExtend (the default, measured faster: see docs/performance.md)
+// sets the file size with each reservation, so only the fdatasync after
+// one has a size change to write; PreallocKeepSize reserves blocks
+// without changing the size. A reservation the disk has no room for
+// refuses the append with ErrNoSpace before anything is written.
 //
 // # Recovery
 //

@@ -36,13 +36,16 @@ var (
 	ErrNotEmpty = errors.New("wal: log holds records")
 	// ErrCorrupt is matched by every *CorruptionError.
 	ErrCorrupt = errors.New("wal: corrupt record")
-	// ErrNoSpace is returned by an append that needed a new segment when the
-	// file system had no room for it. Nothing was written and the log stays
-	// healthy: appends succeed again once space is freed. (A write that
-	// fails for want of space mid-segment latches the log instead, since it
-	// may have written part of a record.)
-	ErrNoSpace = errors.New("wal: no space for a new segment")
-	// ErrLocked is returned by Open when another process holds the log.
+	// ErrNoSpace is returned by an append that needed more space (a new
+	// segment, or the next preallocation step of the active one) when the
+	// file system had no room for it. Nothing was written and the log
+	// stays healthy: appends succeed again once space is freed. (A write
+	// that fails for want of space in reserved space, which the file
+	// system should not do, latches the log instead, since it may have
+	// written part of a record.)
+	ErrNoSpace = errors.New("wal: no space to grow the log")
+	// ErrLocked is returned by Open when another process holds the log
+	// (or, with Options.LockInProcess, another Open of this process).
 	ErrLocked = errors.New("wal: log directory is locked by another user")
 )
 

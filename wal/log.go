@@ -49,7 +49,7 @@ type Log struct {
 	opts      Options
 	fs        vfs.FS
 	lock      io.Closer
-	dirFile   vfs.File
+	dirFile   dirSyncer  // syncs the directory, opening it each time
 	cache     *tailCache // nil when the tail cache is off
 	ahead     readAhead  // the last chunk read from a segment file
 	readAhead int        // bytes a read from a segment file brings in
@@ -339,6 +339,5 @@ func (l *Log) closeFiles() {
 	if l.cache != nil {
 		l.cache.close()
 	}
-	_ = l.dirFile.Close()
 	_ = l.lock.Close()
 }

@@ -20,7 +20,7 @@ const (
 	tmpSuffix     = ".tmp"
 )
 
-func writeCutMarker(fs vfs.FS, dirFile vfs.File, dir string, offset uint64) error {
+func writeCutMarker(fs vfs.FS, dirFile syncer, dir string, offset uint64) error {
 	return writeValueFile(fs, dirFile, dir, cutMarkerName, offset)
 }
 
@@ -28,7 +28,7 @@ func readCutMarker(fs vfs.FS, dir string) (uint64, bool, error) {
 	return readValueFile(fs, dir, cutMarkerName)
 }
 
-func writeEpoch(fs vfs.FS, dirFile vfs.File, dir string, epoch uint64) error {
+func writeEpoch(fs vfs.FS, dirFile syncer, dir string, epoch uint64) error {
 	return writeValueFile(fs, dirFile, dir, epochName, epoch)
 }
 
@@ -64,15 +64,10 @@ func LoseUnsyncedOnNextOpen(fs vfs.FS, dir string, durableNext uint64) error {
 	if fs == nil {
 		fs = vfs.Default
 	}
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return fmt.Errorf("wal: open directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	return writeCutMarker(fs, d, dir, durableNext)
+	return writeCutMarker(fs, dirSyncer{fs, dir}, dir, durableNext)
 }
 
-func writeValueFile(fs vfs.FS, dirFile vfs.File, dir, name string, v uint64) error {
+func writeValueFile(fs vfs.FS, dirFile syncer, dir, name string, v uint64) error {
 	b := make([]byte, 12)
 	binary.LittleEndian.PutUint64(b, v)
 	binary.LittleEndian.PutUint32(b[8:], crc32.Checksum(b[:8], castagnoli))
@@ -83,15 +78,10 @@ func writeValueFile(fs vfs.FS, dirFile vfs.File, dir, name string, v uint64) err
 // file renamed over the old one, then the directory synced. After a crash
 // the file holds the old content or the new, never part of either.
 func WriteFileSynced(fs vfs.FS, dir, name string, data []byte) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return fmt.Errorf("wal: open directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	return writeSynced(fs, d, dir, name, data)
+	return writeSynced(fs, dirSyncer{fs, dir}, dir, name, data)
 }
 
-func writeSynced(fs vfs.FS, dirFile vfs.File, dir, name string, b []byte) error {
+func writeSynced(fs vfs.FS, dirFile syncer, dir, name string, b []byte) error {
 	tmp := fs.PathJoin(dir, name+tmpSuffix)
 	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
 	if err != nil {
@@ -147,4 +137,24 @@ func readValueFile(fs vfs.FS, dir, name string) (uint64, bool, error) {
 		return 0, false, fmt.Errorf("wal: %s checksum mismatch", name)
 	}
 	return binary.LittleEndian.Uint64(b), true, nil
+}
+
+// syncer is what a directory sync needs: dirSyncer, or an open directory.
+type syncer interface{ Sync() error }
+
+// dirSyncer syncs a directory by opening it for each sync. A log's
+// directory syncs are rare (a segment created or removed, a marker or the
+// incarnation written), so a log holds no descriptor for its directory:
+// an idle log keeps its lock and its active segment open, nothing more.
+type dirSyncer struct {
+	fs   vfs.FS
+	path string
+}
+
+func (d dirSyncer) Sync() error {
+	f, err := d.fs.OpenDir(d.path)
+	if err != nil {
+		return fmt.Errorf("open directory %s: %w", d.path, err)
+	}
+	return errors.Join(f.Sync(), f.Close())
 }

@@ -14,9 +14,10 @@ type Prealloc int
 const (
 	// PreallocDefault picks the measured winner, PreallocExtend.
 	PreallocDefault Prealloc = iota
-	// PreallocExtend allocates the whole segment and sets its size up front
-	// (fallocate mode 0). Zeros mark the end of the records, so an fdatasync
-	// has no size change to write.
+	// PreallocExtend allocates ahead of the writer and sets the file size
+	// with each reservation (fallocate mode 0). Zeros mark the end of the
+	// records, so only the fdatasync after a reservation has a size change
+	// to write.
 	PreallocExtend
 	// PreallocKeepSize reserves the blocks without changing the file size
 	// (fallocate FALLOC_FL_KEEP_SIZE): the valid bytes end at EOF.
@@ -78,6 +79,22 @@ type Options struct {
 	IndexSpacing int
 	// Preallocate picks how new segments reserve space. Default PreallocExtend.
 	Preallocate Prealloc
+	// LockInProcess keeps only this process's other Opens of the
+	// directory out, with no LOCK file and no descriptor held: for a
+	// caller whose own lock keeps other processes out of a tree of logs,
+	// as the broker's lock on its data directory does, and which opens
+	// many logs. Default false: a LOCK file, locked and held open while
+	// the log is, which keeps every other process out too.
+	LockInProcess bool
+	// PreallocAhead is how much space a segment in use reserves ahead of
+	// the writer at once. A new segment reserves 256 KiB (so an idle log
+	// costs that much disk, not a segment); once the writer reaches the end
+	// of it, the segment reserves PreallocAhead more, and so on. Default 0:
+	// the rest of the segment at once (the fewest reservations, and the
+	// fewest syncs with a size change to write). At or above SegmentSize,
+	// every segment is reserved whole when created, as before
+	// (docs/performance.md compares the two).
+	PreallocAhead int64
 	// BackgroundSyncInterval is the target time between background syncs of
 	// written records. Default 100 ms; negative turns the timer off.
 	BackgroundSyncInterval time.Duration
@@ -131,6 +148,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("wal: negative index spacing %d", o.IndexSpacing)
 	case o.Preallocate < PreallocDefault || o.Preallocate > PreallocOff:
 		return fmt.Errorf("wal: unknown preallocation %d", o.Preallocate)
+	case o.PreallocAhead < 0:
+		return fmt.Errorf("wal: negative preallocation step %d", o.PreallocAhead)
 	case o.ScrubBytesPerSecond < 0:
 		return fmt.Errorf("wal: negative scrub rate %d", o.ScrubBytesPerSecond)
 	case o.MaxRecordSize < 0 || o.MaxRecordSize > maxPayload:

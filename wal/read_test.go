@@ -603,29 +603,37 @@ func TestSealEpoch(t *testing.T) {
 }
 
 // TestOpenLockedDirectory checks that a second Open of an open log fails
-// with ErrLocked, and succeeds once the first is closed.
+// with ErrLocked, and succeeds once the first is closed, with a LOCK file
+// and with LockInProcess (which leaves no LOCK file).
 func TestOpenLockedDirectory(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		fs   func(t *testing.T) (vfs.FS, string)
+		name      string
+		fs        func(t *testing.T) (vfs.FS, string)
+		inProcess bool
 	}{
-		{"mem", func(t *testing.T) (vfs.FS, string) { return vfs.NewMem(), "log" }},
-		{"disk", func(t *testing.T) (vfs.FS, string) { return vfs.Default, t.TempDir() }},
+		{"mem", func(t *testing.T) (vfs.FS, string) { return vfs.NewMem(), "log" }, false},
+		{"disk", func(t *testing.T) (vfs.FS, string) { return vfs.Default, t.TempDir() }, false},
+		{"mem-in-process", func(t *testing.T) (vfs.FS, string) { return vfs.NewMem(), "log" }, true},
+		{"disk-in-process", func(t *testing.T) (vfs.FS, string) { return vfs.Default, t.TempDir() }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fs, dir := tc.fs(t)
-			l := mustOpen(t, fs, dir, Options{})
-			if second, err := Open(dir, Options{FS: fs}); !errors.Is(err, ErrLocked) {
+			opts := Options{FS: fs, LockInProcess: tc.inProcess}
+			l := mustOpen(t, fs, dir, opts)
+			if second, err := Open(dir, opts); !errors.Is(err, ErrLocked) {
 				if second != nil {
 					second.Close()
 				}
 				l.Close()
 				t.Fatalf("second open: %v, want ErrLocked", err)
 			}
+			if _, err := fs.Stat(fs.PathJoin(dir, lockName)); tc.inProcess != errors.Is(err, os.ErrNotExist) {
+				t.Errorf("LOCK file with LockInProcess %v: %v", tc.inProcess, err)
+			}
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
 			}
-			l = mustOpen(t, fs, dir, Options{})
+			l = mustOpen(t, fs, dir, opts)
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
 			}

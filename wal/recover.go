@@ -68,17 +68,12 @@ func Open(dir string, opts Options) (*Log, error) {
 	if err := MkdirAllSynced(fs, dir); err != nil {
 		return nil, err
 	}
-	lock, err := fs.Lock(fs.PathJoin(dir, lockName))
+	lock, err := lockDir(fs, dir, opts.LockInProcess)
 	if err != nil {
 		return nil, fmt.Errorf("wal: lock %s: %w: %w", dir, ErrLocked, err)
 	}
-	dirFile, err := fs.OpenDir(dir)
-	if err != nil {
-		_ = lock.Close()
-		return nil, fmt.Errorf("wal: open directory %s: %w", dir, err)
-	}
 	l := &Log{
-		dir: dir, opts: opts, fs: fs, lock: lock, dirFile: dirFile,
+		dir: dir, opts: opts, fs: fs, lock: lock, dirFile: dirSyncer{fs, dir},
 		appendCh: make(chan *Completion),
 		ctlCh:    make(chan control),
 		syncReq:  make(chan syncJob, 1),
@@ -97,7 +92,6 @@ func Open(dir string, opts Options) (*Log, error) {
 		for _, s := range l.segs {
 			s.release()
 		}
-		_ = dirFile.Close()
 		_ = lock.Close()
 		return nil, err
 	}
@@ -342,7 +336,7 @@ func (l *Log) createSegment(base uint64) (*segment, error) {
 		}
 		return nil, &StorageError{Op: fmt.Sprintf("write segment %d header", base), Err: err}
 	}
-	if err := preallocate(f, l.opts.Preallocate, segmentHeaderSize, l.opts.SegmentSize); err != nil {
+	if err := preallocate(f, l.opts.Preallocate, segmentHeaderSize, l.opts.preallocEnd(segmentHeaderSize, segmentHeaderSize)); err != nil {
 		_ = f.Close()
 		_ = l.fs.Remove(path) // never synced into the directory: nothing to keep
 		return nil, &StorageError{Op: fmt.Sprintf("preallocate segment %d", base), Err: err}
@@ -373,7 +367,7 @@ func (l *Log) cutTail(f vfs.File, pos, size int64) (int64, error) {
 		if err := t.Truncate(pos); err != nil {
 			return 0, fmt.Errorf("wal: truncate segment at %d: %w", pos, err)
 		}
-		if err := preallocate(f, l.opts.Preallocate, pos, l.opts.SegmentSize); err != nil {
+		if err := preallocate(f, l.opts.Preallocate, pos, l.opts.preallocEnd(pos, pos)); err != nil {
 			return 0, fmt.Errorf("wal: preallocate after cut: %w", err)
 		}
 		return max(size-pos, 0), nil

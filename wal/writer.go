@@ -38,6 +38,7 @@ type writer struct {
 
 	active       *segment
 	pos          int64  // write position in the active segment
+	reserved     int64  // end of the space reserved in the active segment (reserve)
 	next         uint64 // next offset to assign; equals WrittenNext between events
 	buf          []byte // staging buffer: encoded but not yet written
 	starts       []int  // record starts in buf
@@ -138,6 +139,10 @@ gather:
 				w.complete(c, err)
 				continue
 			}
+		}
+		if err := w.reserve(w.pos + int64(len(w.buf)) + int64(c.size)); err != nil {
+			w.complete(c, err)
+			continue
 		}
 		w.encode(c)
 	}
@@ -281,6 +286,10 @@ func (w *writer) roll() error {
 func (w *writer) setActive(seg *segment, pos int64) {
 	w.active = seg
 	w.pos = pos
+	w.reserved = pos
+	if info, err := seg.file.Stat(); err == nil && w.opts.Preallocate == PreallocExtend {
+		w.reserved = max(pos, info.Size()) // what createSegment or recovery reserved
+	}
 	w.lastIndexPos = -1 << 62
 	seg.mu.Lock()
 	if n := len(seg.index); n > 0 {

@@ -175,9 +175,11 @@ func (f *Follower) openLog(id CopyID, interval time.Duration) (*wal.Log, error) 
 		}
 	}
 	// No tail cache: nothing reads a copy while it follows (a recovery
-	// reads it once), and a node may follow many partitions.
+	// reads it once), and a node may follow many partitions. The node's
+	// broker, whose metadata store locks the data directory, keeps other
+	// processes out.
 	log, err := wal.Open(dir, wal.Options{FS: f.opts.FS, SegmentSize: f.opts.SegmentSize,
-		TailCacheBytes: -1, BackgroundSyncInterval: interval,
+		TailCacheBytes: -1, BackgroundSyncInterval: interval, LockInProcess: true,
 		Logger: f.opts.Logger.With("replica", replicaKey(id.Queue, id.Partition))})
 	if err != nil {
 		return nil, err

@@ -35,7 +35,7 @@ func TestDiskFull(t *testing.T) {
 	}{
 		// The file system itself fills: the rollover finds no room, or a
 		// checkpoint spent the data directory's reserve first.
-		{"enospc", "0", "no space for a new segment|reserve"},
+		{"enospc", "0", "no space to grow the log|reserve"},
 		// The free-space watermark (16 MiB here; 64 MiB by default)
 		// refuses first, and the file system may fill too; or a checkpoint
 		// spent the reserve first (with it, the free space is above the

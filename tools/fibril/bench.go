@@ -56,7 +56,9 @@ runs, backwards in even ones). The broker processes are measured from
 /proc: CPU seconds, peak RSS, context switches, bytes written to storage.
 --footprint adds one line per broker process: binary size, RSS and wake-ups per
 second while idle, fsync-family syscalls per second while idle (strace, when
-installed), and start-up time with --startup-bytes in the active segment.
+installed), and start-up time with --startup-bytes in the active segment; for
+fibrild also what each of --queues empty buffered queues costs a fresh broker
+once idle (disk blocks and open files per queue, the RSS of all).
 
 --report writes the tables between marker comments in --doc and a latency
 plot into --img; with --from FILE it reads earlier output instead of running.
@@ -82,6 +84,7 @@ type benchOptions struct {
 	footprint    bool
 	idle         time.Duration
 	startupBytes benchutil.ByteSize
+	queues       int
 	report       bool
 	from         string
 	doc, img     string
@@ -95,7 +98,7 @@ var (
 )
 
 func parseBenchFlags(args []string, stdout io.Writer) (*benchOptions, error) {
-	o := &benchOptions{startupBytes: 1 << 30}
+	o := &benchOptions{startupBytes: 1 << 30, queues: 1000}
 	fs := pflag.NewFlagSet("fibril bench", pflag.ContinueOnError)
 	fs.StringVar(&o.addr, "addr", "", "drive a running fibrild at this client address instead of starting one (no process figures unless --pid)")
 	fs.StringVar(&o.admin, "admin", "", "with --addr: its admin API URL, to delete each run's queue")
@@ -114,6 +117,7 @@ func parseBenchFlags(args []string, stdout io.Writer) (*benchOptions, error) {
 	fs.BoolVar(&o.footprint, "footprint", true, "measure each system's footprint")
 	fs.DurationVar(&o.idle, "idle", 5*time.Second, "length of the idle measurements of --footprint")
 	fs.Var(&o.startupBytes, "startup-bytes", "bytes published before the start-up measurement of --footprint (0: skip it)")
+	fs.IntVar(&o.queues, "queues", 1000, "empty buffered queues --footprint declares on a fresh fibrild, to measure each one's disk and open files and the RSS of all (0: skip it)")
 	fs.BoolVar(&o.report, "report", false, "write the tables into --doc and the plot into --img")
 	fs.StringVar(&o.from, "from", "", "with --report: read the JSON lines of an earlier run from this file instead of running")
 	fs.StringVar(&o.doc, "doc", "docs/performance.md", "markdown file --report writes its tables into")
@@ -144,6 +148,9 @@ func parseBenchFlags(args []string, stdout io.Writer) (*benchOptions, error) {
 		}
 		if !fs.Changed("warmup") {
 			o.warmup = 100
+		}
+		if !fs.Changed("queues") {
+			o.queues = 20
 		}
 	}
 	return o, o.validate()

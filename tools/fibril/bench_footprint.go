@@ -4,9 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
+
+	"github.com/fibril-edge/fibril/appliance/client"
 
 	"github.com/fibril-edge/fibril/tools/fibril/internal/benchutil"
 	"github.com/fibril-edge/fibril/tools/fibril/internal/e2ebench"
@@ -42,6 +47,12 @@ func runFootprint(ctx context.Context, o *benchOptions, sys *benchSystems, base 
 				return fmt.Errorf("start-up of %s: %w", fp.Process, err)
 			}
 			fp.StartupSeconds, fp.StartupBytes = secs, int64(o.startupBytes)
+		}
+		if o.queues > 0 && fp.System == "fibril" && o.addr == "" {
+			fmt.Fprintf(stderr, "footprint of %s: %d empty queues ...\n", fp.Process, o.queues)
+			if err := measureQueues(ctx, o, sys, base, &fp, stderr); err != nil {
+				return fmt.Errorf("footprint of %d queues: %w", o.queues, err)
+			}
 		}
 		res.Footprints = append(res.Footprints, fp)
 		if err := benchutil.WriteJSONLine(stdout, fp); err != nil {
@@ -157,4 +168,86 @@ func measureStartup(ctx context.Context, o *benchOptions, sys *benchSystems, sys
 		secs := time.Since(start).Seconds()
 		return secs, n2.stop()
 	}
+}
+
+// measureQueues declares --queues empty buffered queues on a fresh fibrild
+// and, once it has been idle for --idle, reports what each costs it: the
+// data directory's allocated blocks and the open files, both beyond the
+// empty broker's, per queue, and the RSS with all of them.
+func measureQueues(ctx context.Context, o *benchOptions, sys *benchSystems, base string, fp *e2ebench.Footprint, stderr io.Writer) error {
+	dir := filepath.Join(base, "queues-fibrild")
+	if err := os.RemoveAll(dir); err != nil { // left by an earlier run in --dir
+		return err
+	}
+	p, err := startBenchFibrild(ctx, sys.fibrildBin, dir)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		p.Kill()
+		_ = os.RemoveAll(dir)
+	}()
+	before, err := e2ebench.SampleProc(p.Pid())
+	if err != nil {
+		return err
+	}
+	diskBefore, err := allocatedBytes(dir)
+	if err != nil {
+		return err
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := client.Dial(ctx, p.Addr, client.Options{ClientName: "fibril-bench", DisableReconnect: true, Logger: quiet})
+	if err != nil {
+		return fmt.Errorf("dial %s: %w", p.Addr, err)
+	}
+	for i := range o.queues {
+		if _, err := c.DeclareQueue(ctx, client.Queue(fmt.Sprintf("idle-%05d", i)).Buffered()); err != nil {
+			c.Close()
+			return err
+		}
+		if (i+1)%100 == 0 {
+			fmt.Fprintf(stderr, "  %d of %d declared\n", i+1, o.queues)
+		}
+	}
+	if err := c.Close(); err != nil {
+		return err
+	}
+	if err := pause(ctx, o.idle); err != nil {
+		return err
+	}
+	after, err := e2ebench.SampleProc(p.Pid())
+	if err != nil {
+		return err
+	}
+	diskAfter, err := allocatedBytes(dir)
+	if err != nil {
+		return err
+	}
+	fp.Queues = o.queues
+	fp.QueueDiskBytes = (diskAfter - diskBefore) / int64(o.queues)
+	fp.QueueOpenFiles = float64(after.OpenFiles-before.OpenFiles) / float64(o.queues)
+	fp.QueuesRSS = after.RSS
+	return p.Stop(time.Minute)
+}
+
+// allocatedBytes is the disk the files under dir take: their allocated
+// blocks, preallocated space included, not their sizes.
+func allocatedBytes(dir string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			total += st.Blocks * 512
+		} else {
+			total += info.Size()
+		}
+		return nil
+	})
+	return total, err
 }

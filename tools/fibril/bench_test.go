@@ -153,6 +153,21 @@ func checkFootprint(t *testing.T, l map[string]any) {
 		if f, _ := l["startup_seconds"].(float64); f <= 0 {
 			t.Errorf("fibrild start-up %v", l["startup_seconds"])
 		}
+		// --quick declares 20 empty queues: each takes a segment's first
+		// reservation on disk (256 KiB, no more than 1 MiB with its
+		// metadata) and at least one open file.
+		if f, _ := l["queues"].(float64); f != 20 {
+			t.Errorf("fibrild footprint of %v queues, want 20", l["queues"])
+		}
+		if f, _ := l["queue_disk_bytes"].(float64); f < 256<<10 || f > 1<<20 {
+			t.Errorf("an empty queue's disk %v, want 256 KiB to 1 MiB", l["queue_disk_bytes"])
+		}
+		if f, _ := l["queue_open_files"].(float64); f < 1 {
+			t.Errorf("an empty queue's open files %v, want at least 1", l["queue_open_files"])
+		}
+		if f, _ := l["queues_rss_bytes"].(float64); f <= 0 {
+			t.Errorf("RSS with %v queues: %v", l["queues"], l["queues_rss_bytes"])
+		}
 	}
 }
 

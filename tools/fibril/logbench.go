@@ -24,6 +24,7 @@ type benchConfig struct {
 	warmup        int
 	payload       int
 	prealloc      wal.Prealloc
+	preallocAhead benchutil.ByteSize // 0: the log's default (the rest of the segment)
 	tailCache     benchutil.ByteSize // -1: the log's default
 	matrix        bool
 	floor         bool
@@ -105,6 +106,7 @@ func parseLogBenchFlags(args []string, stdout io.Writer) (*benchConfig, error) {
 	fs.IntVar(&cfg.warmup, "warmup", 2000, "warm-up records per case, appended and synced before measuring")
 	fs.IntVar(&cfg.payload, "payload", 128, "payload bytes per record")
 	fs.StringVar(&prealloc, "prealloc", "default", "segment preallocation: default, keep-size, extend or off")
+	fs.Var(&cfg.preallocAhead, "prealloc-ahead", "space a segment in use reserves ahead of the writer at once (e.g. 4MiB; default: the rest of the segment)")
 	fs.Var(&cfg.tailCache, "tail-cache", "tail cache budget per log (e.g. 8MiB; 0 turns it off; default: the log's default)")
 	fs.BoolVar(&cfg.matrix, "matrix", false, "run the case matrix even when --floor or --recovery is given")
 	fs.BoolVar(&cfg.floor, "floor", false, "measure raw write, fdatasync and plain group commit instead of the matrix")

@@ -63,6 +63,7 @@ type caseResult struct {
 	Samples          int     `json:"samples"`
 	Payload          int     `json:"payload"`
 	Prealloc         string  `json:"prealloc"`
+	PreallocAhead    int64   `json:"prealloc_ahead,omitempty"`
 	benchutil.Env
 }
 
@@ -127,6 +128,7 @@ func runCase(ctx context.Context, cfg *benchConfig, c benchCase, dir string) (_ 
 		SegmentSize:            caseSegmentSize,
 		IndexSpacing:           caseIndexSpacing,
 		Preallocate:            cfg.prealloc,
+		PreallocAhead:          int64(cfg.preallocAhead),
 		BackgroundSyncInterval: c.policy.interval,
 		SyncBytesThreshold:     c.policy.syncBytes,
 		TailCacheBytes:         tailCacheOption(cfg.tailCache),
@@ -180,6 +182,7 @@ func runCase(ctx context.Context, cfg *benchConfig, c benchCase, dir string) (_ 
 		Samples:          lat.N,
 		Payload:          cfg.payload,
 		Prealloc:         cfg.prealloc.String(),
+		PreallocAhead:    int64(cfg.preallocAhead),
 	}, nil
 }
 

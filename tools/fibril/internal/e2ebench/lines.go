@@ -22,6 +22,13 @@ type Footprint struct {
 	// StartupBytes of messages stored (for fibrild, in one active segment).
 	StartupSeconds float64 `json:"startup_seconds"`
 	StartupBytes   int64   `json:"startup_bytes"`
+	// Queues empty buffered queues declared on a fresh fibrild, and what
+	// each costs it once idle: disk (allocated blocks) and open files per
+	// queue, and the process's RSS with all of them (0: not measured).
+	Queues         int     `json:"queues,omitempty"`
+	QueueDiskBytes int64   `json:"queue_disk_bytes,omitempty"`
+	QueueOpenFiles float64 `json:"queue_open_files,omitempty"`
+	QueuesRSS      int64   `json:"queues_rss_bytes,omitempty"`
 	Env            Env     `json:"env"`
 }
 

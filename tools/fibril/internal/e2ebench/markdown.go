@@ -76,6 +76,12 @@ func footprintTable(b *strings.Builder, res *Results, gs []Group) {
 		fmt.Fprintf(b, "| %s | %s | %.1f | %s | %s | %s | %s |\n", f.Process, bin, float64(f.IdleRSS)/(1<<20),
 			num(f.IdleWakeups), syncs, num(f.IdleWrites), start)
 	}
+	for _, f := range res.Footprints {
+		if f.Queues > 0 {
+			fmt.Fprintf(b, "\nMany queues: %d empty buffered queues on a fresh %s, once idle: %.0f KiB of disk and %.2f open files per queue, RSS %.1f MiB in all.\n",
+				f.Queues, f.Process, float64(f.QueueDiskBytes)/(1<<10), f.QueueOpenFiles, float64(f.QueuesRSS)/(1<<20))
+		}
+	}
 	b.WriteString("\nUnder load, per mode: peak RSS at 10k/s and bytes the broker process wrote to storage (`/proc/PID/io` write_bytes) per payload byte published at 1k/s (flash wear):\n\n")
 	b.WriteString("| system | peak RSS at 10k/s MiB | bytes written per byte published (1k/s) | (10k/s) |\n|---|---|---|---|\n")
 	seen := map[string]bool{}

@@ -16,6 +16,7 @@ type ProcSample struct {
 	PeakRSS     int64         // VmHWM: since start or the last ResetPeakRSS
 	CtxSwitches uint64        // voluntary plus involuntary, summed over threads
 	WriteBytes  uint64        // bytes sent (or due) to storage: /proc/PID/io write_bytes
+	OpenFiles   int           // open file descriptors
 }
 
 // SampleProc reads pid's figures from /proc. Threads that exit between
@@ -43,6 +44,9 @@ func SampleProc(pid int) (ProcSample, error) {
 		return ProcSample{}, fmt.Errorf("e2ebench: /proc/%d/io: %w", pid, err)
 	}
 	s.WriteBytes = io.WriteBytes
+	if s.OpenFiles, err = pr.FileDescriptorsLen(); err != nil {
+		return ProcSample{}, fmt.Errorf("e2ebench: /proc/%d/fd: %w", pid, err)
+	}
 	threads, err := procfs.AllThreads(pid)
 	if err != nil {
 		return ProcSample{}, fmt.Errorf("e2ebench: /proc/%d/task: %w", pid, err)

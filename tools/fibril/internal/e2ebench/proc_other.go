@@ -15,6 +15,7 @@ type ProcSample struct {
 	PeakRSS     int64
 	CtxSwitches uint64
 	WriteBytes  uint64
+	OpenFiles   int
 }
 
 var errNoProc = errors.New("e2ebench: process accounting needs Linux's /proc")

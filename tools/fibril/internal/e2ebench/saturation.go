@@ -54,10 +54,13 @@ func RunSaturation(ctx context.Context, t Target, name string, publishers int, d
 	drainCtx, cancel := context.WithDeadline(ctx, stop.Add(10*time.Second))
 	defer cancel()
 	for p := range publishers {
-		ch := make(chan Pending, o.Window)
+		// inFlight holds a slot from each publish until its confirm (or
+		// failure) came back: at most o.Window are out at once.
+		ch, inFlight := make(chan Pending, o.Window), make(chan struct{}, o.Window)
 		wg.Go(func() {
 			for pend := range ch {
 				err := pend.Wait(drainCtx)
+				<-inFlight
 				switch {
 				case err == nil && time.Now().Before(stop):
 					confirmed.Add(1)
@@ -69,8 +72,14 @@ func RunSaturation(ctx context.Context, t Target, name string, publishers int, d
 		wg.Go(func() {
 			defer close(ch)
 			for i := 0; time.Now().Before(stop) && ctx.Err() == nil; i++ {
+				select {
+				case inFlight <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
 				pend, err := st.Publish(p, EncodeBody(o.Payload, time.Now(), i*publishers+p))
 				if err != nil {
+					<-inFlight
 					failed.Add(1)
 					return
 				}
