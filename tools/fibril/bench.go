@@ -33,7 +33,11 @@ one fibrild, the mode set by their declaration; jetstream-always and
 jetstream-default are two NATS servers, each in its own child process (this
 binary, "fibril bench nats-server"), with sync_interval always and the
 default sync. Without --addr, fibrild is started in a temporary directory
-from --fibrild, or the fibrild next to this binary, or on PATH.
+from --fibrild, or the fibrild next to this binary, or on PATH. --cluster N
+adds cluster-durable and cluster-buffered: N fibrild nodes on loopback in
+one cluster, each queue declared with majority placement (majority_durable,
+or replica_buffered on a majority of the nodes), its clients connected to
+the node that serves it; their process figures are the nodes' summed.
 
 Cases (--cases), each with --publishers publishers on their own
 connections, --payload-byte messages and one consumer that acks:
@@ -85,6 +89,7 @@ type benchOptions struct {
 	idle         time.Duration
 	startupBytes benchutil.ByteSize
 	queues       int
+	cluster      int
 	report       bool
 	from         string
 	doc, img     string
@@ -93,8 +98,9 @@ type benchOptions struct {
 }
 
 var (
-	allSystems = []string{"fibril-durable", "fibril-buffered", "jetstream-always", "jetstream-default"}
-	allCases   = []string{"one-sync", "rate-100", "rate-1k", "rate-10k", "burst", "saturation"}
+	allSystems     = []string{"fibril-durable", "fibril-buffered", "jetstream-always", "jetstream-default"}
+	clusterSystems = []string{"cluster-durable", "cluster-buffered"}
+	allCases       = []string{"one-sync", "rate-100", "rate-1k", "rate-10k", "burst", "saturation"}
 )
 
 func parseBenchFlags(args []string, stdout io.Writer) (*benchOptions, error) {
@@ -105,7 +111,8 @@ func parseBenchFlags(args []string, stdout io.Writer) (*benchOptions, error) {
 	fs.IntVar(&o.pid, "pid", 0, "with --addr: the fibrild's process id, to measure it in /proc")
 	fs.StringVar(&o.fibrild, "fibrild", "", "fibrild binary to start (default: next to this binary, else on PATH)")
 	fs.StringVar(&o.dir, "dir", "", "directory for the brokers' data (default: a temporary directory under the current one, removed afterwards)")
-	fs.StringSliceVar(&o.systems, "systems", allSystems, "systems to run")
+	fs.StringSliceVar(&o.systems, "systems", allSystems, "systems to run (also cluster-durable and cluster-buffered: see --cluster)")
+	fs.IntVar(&o.cluster, "cluster", 0, "also run the cases on a cluster of this many fibrild nodes on loopback (systems cluster-durable, majority_durable, and cluster-buffered, replica_buffered on a majority)")
 	fs.StringSliceVar(&o.cases, "cases", allCases, "cases to run")
 	fs.IntVar(&o.runs, "runs", 3, "runs of each case")
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "length of each open-loop schedule and saturation run")
@@ -153,14 +160,26 @@ func parseBenchFlags(args []string, stdout io.Writer) (*benchOptions, error) {
 			o.queues = 20
 		}
 	}
+	if o.cluster > 0 && !fs.Changed("systems") {
+		o.systems = append(o.systems, clusterSystems...)
+	}
+	if o.cluster == 0 && slices.ContainsFunc(o.systems, func(s string) bool { return slices.Contains(clusterSystems, s) }) {
+		o.cluster = 3
+	}
 	return o, o.validate()
 }
 
 func (o *benchOptions) validate() error {
 	for _, s := range o.systems {
-		if !slices.Contains(allSystems, s) {
-			return usagef("--systems: unknown system %q (want %s)", s, strings.Join(allSystems, ", "))
+		if !slices.Contains(allSystems, s) && !slices.Contains(clusterSystems, s) {
+			return usagef("--systems: unknown system %q (want %s)", s, strings.Join(append(slices.Clone(allSystems), clusterSystems...), ", "))
 		}
+	}
+	if o.cluster < 0 || o.cluster == 1 || o.cluster > 9 {
+		return usagef("--cluster: %d nodes (want 2 to 9, or 0 for none)", o.cluster)
+	}
+	if o.cluster > 0 && o.addr != "" {
+		return usagef("--cluster starts its own nodes: it does not go with --addr")
 	}
 	for _, c := range o.cases {
 		if !slices.Contains(allCases, c) {

@@ -48,7 +48,7 @@ func runCases(ctx context.Context, o *benchOptions, sys *benchSystems, env e2ebe
 				if err := ctx.Err(); err != nil {
 					return err
 				}
-				ro := e2ebench.RunOptions{Payload: o.payload, Window: o.window, Warmup: o.warmup, Pid: s.pid}
+				ro := e2ebench.RunOptions{Payload: o.payload, Window: o.window, Warmup: o.warmup, Pids: s.pids}
 				name := fmt.Sprintf("bench-%s-%s-%d", c, s.name, r)
 				var out e2ebench.Result
 				var err error

@@ -21,8 +21,8 @@ import (
 // (when started here) and each NATS server.
 func runFootprint(ctx context.Context, o *benchOptions, sys *benchSystems, base string, env e2ebench.Env, res *e2ebench.Results, stdout, stderr io.Writer) error {
 	for _, s := range sys.list {
-		if s.pid == 0 || s.name == "fibril-buffered" && sys.hasSystem("fibril-durable") {
-			continue // one line per process; fibril's two modes share one
+		if s.pid() == 0 || s.name == "fibril-buffered" && sys.hasSystem("fibril-durable") {
+			continue // one line per process (not a cluster's); fibril's two modes share one
 		}
 		fp := e2ebench.Footprint{Kind: "footprint", Env: env, BinaryBytes: -1, StartupSeconds: -1}
 		switch t := s.target.(type) {
@@ -84,14 +84,14 @@ func measureIdle(ctx context.Context, o *benchOptions, s benchSystem, fp *e2eben
 	if err := pause(ctx, o.idle/2); err != nil { // let the background sync settle
 		return err
 	}
-	before, err := e2ebench.SampleProc(s.pid)
+	before, err := e2ebench.SampleProc(s.pid())
 	if err != nil {
 		return err
 	}
 	if err := pause(ctx, o.idle); err != nil {
 		return err
 	}
-	after, err := e2ebench.SampleProc(s.pid)
+	after, err := e2ebench.SampleProc(s.pid())
 	if err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func measureIdle(ctx context.Context, o *benchOptions, s benchSystem, fp *e2eben
 	fp.IdleRSS = after.RSS
 	fp.IdleWakeups = float64(after.CtxSwitches-before.CtxSwitches) / secs
 	fp.IdleWrites = float64(after.WriteBytes-before.WriteBytes) / secs
-	fp.IdleSyncs, err = countSyncs(ctx, s.pid, o.idle)
+	fp.IdleSyncs, err = countSyncs(ctx, s.pid(), o.idle)
 	return err
 }
 

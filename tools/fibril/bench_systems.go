@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/fibril-edge/fibril/internal/fibrildproc"
@@ -16,12 +19,21 @@ import (
 	"github.com/fibril-edge/fibril/tools/fibril/internal/floor"
 )
 
-// benchSystem is one entry of --systems: a Target and the process that
-// serves it (pid 0 when not measured).
+// benchSystem is one entry of --systems: a Target and the processes that
+// serve it (none when not measured; a cluster's nodes).
 type benchSystem struct {
 	name   string
 	target e2ebench.Target
-	pid    int
+	pids   []int
+}
+
+// pid is the one process that serves the system, or 0 (none, or a
+// cluster's several).
+func (s benchSystem) pid() int {
+	if len(s.pids) != 1 {
+		return 0
+	}
+	return s.pids[0]
 }
 
 // benchSystems is every broker process the bench started.
@@ -29,7 +41,8 @@ type benchSystems struct {
 	list       []benchSystem
 	fibrild    *fibrildproc.Process
 	fibrildBin string
-	nats       map[string]*natsChild // by sync mode
+	cluster    []*fibrildproc.Process // --cluster's nodes
+	nats       map[string]*natsChild  // by sync mode
 }
 
 // benchEnv describes the machine and measures the fsync floor in dir.
@@ -71,8 +84,35 @@ func startSystems(ctx context.Context, o *benchOptions, base string, stderr io.W
 				}
 				addr, admin, pid = s.fibrild.Addr, s.fibrild.Admin, s.fibrild.Pid()
 			}
-			sys = benchSystem{name: name, pid: pid,
-				target: e2ebench.Fibril{Addr: addr, Admin: admin, Durable: name == "fibril-durable"}}
+			sys = benchSystem{name: name, target: e2ebench.Fibril{Addr: addr, Admin: admin, Durable: name == "fibril-durable"}}
+			if pid != 0 {
+				sys.pids = []int{pid}
+			}
+		case "cluster-durable", "cluster-buffered":
+			if s.cluster == nil {
+				if s.fibrildBin == "" {
+					if s.fibrildBin, err = findFibrild(o.fibrild); err != nil {
+						return nil, err
+					}
+				}
+				fmt.Fprintf(stderr, "starting a cluster of %d fibrild nodes ...\n", o.cluster)
+				if s.cluster, err = startBenchCluster(ctx, s.fibrildBin, filepath.Join(base, "cluster"), o.cluster); err != nil {
+					return nil, err
+				}
+			}
+			var addrs []string
+			for _, p := range s.cluster {
+				addrs = append(addrs, p.Addr)
+				sys.pids = append(sys.pids, p.Pid())
+			}
+			// A majority of the nodes hold each queue's copies.
+			policy := fmt.Sprintf("replica_buffered:%d", o.cluster/2+1)
+			if name == "cluster-durable" {
+				policy = "majority_durable"
+			}
+			sys.name = name
+			sys.target = e2ebench.Fibril{Addr: strings.Join(addrs, ","), Admin: s.cluster[0].Admin,
+				Durable: name == "cluster-durable", Nodes: o.cluster, Policy: policy}
 		case "jetstream-always", "jetstream-default":
 			mode := map[string]string{"jetstream-always": "always", "jetstream-default": "default"}[name]
 			n, err := startNATSChild(ctx, filepath.Join(base, "nats-"+mode), mode)
@@ -80,7 +120,7 @@ func startSystems(ctx context.Context, o *benchOptions, base string, stderr io.W
 				return nil, err
 			}
 			s.nats[mode] = n
-			sys = benchSystem{name: name, pid: n.pid(), target: e2ebench.JetStream{URL: n.url, SyncMode: mode + "-sync"}}
+			sys = benchSystem{name: name, pids: []int{n.pid()}, target: e2ebench.JetStream{URL: n.url, SyncMode: mode + "-sync"}}
 		}
 		s.list = append(s.list, sys)
 	}
@@ -97,9 +137,56 @@ func startBenchFibrild(ctx context.Context, bin, dir string, extra ...string) (*
 	return p, nil
 }
 
+// startBenchCluster starts n fibrild nodes on loopback, each with its data
+// in dir/nI, bootstrapped into one cluster.
+func startBenchCluster(ctx context.Context, bin, dir string, n int) ([]*fibrildproc.Process, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	ports := make([]string, n)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("pick a cluster port: %w", err)
+		}
+		ports[i] = ln.Addr().String()
+		ln.Close()
+	}
+	nodes := make([]*fibrildproc.Process, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		var peers []string
+		for j, p := range ports {
+			if j != i {
+				peers = append(peers, fmt.Sprintf("n%d@%s", j+1, p))
+			}
+		}
+		wg.Go(func() {
+			nodes[i], errs[i] = startBenchFibrild(ctx, bin, filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+				"--cluster.node_id", fmt.Sprintf("n%d", i+1), "--cluster.listen", ports[i],
+				"--cluster.peers", strings.Join(peers, ","), "--cluster.bootstrap", "true")
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, p := range nodes {
+			if p != nil {
+				p.Kill()
+			}
+		}
+		return nil, err
+	}
+	return nodes, nil
+}
+
 // stop ends every process the bench started.
 func (s *benchSystems) stop() error {
 	var errs []error
+	for _, p := range s.cluster {
+		errs = append(errs, p.Stop(30*time.Second))
+	}
+	s.cluster = nil
 	if s.fibrild != nil {
 		errs = append(errs, s.fibrild.Stop(30*time.Second))
 		s.fibrild = nil

@@ -84,6 +84,48 @@ func TestBenchQuick(t *testing.T) {
 	}
 }
 
+// TestBenchCluster runs "fibril bench --cluster 3" briefly: three real
+// fibrild nodes in one cluster, a queue of each mode declared with
+// majority placement; every run must be sustained and measured on all
+// three nodes.
+func TestBenchCluster(t *testing.T) {
+	cli, _ := binaries(t)
+	dir := t.TempDir()
+	r := fibrilCLI(t, cli, "", nil, "bench", "--quick", "--cluster", "3", "--systems", "fibril-buffered,cluster-durable,cluster-buffered",
+		"--cases", "rate-100", "--footprint=false", "--dir", filepath.Join(dir, "data"))
+	if r.code != 0 {
+		t.Fatalf("fibril bench --cluster 3: exit %d\n%s", r.code, r.stderr)
+	}
+	seen := map[string]bool{}
+	var soloRSS, clusterRSS float64
+	for _, l := range jsonLines(t, r.stdout) {
+		if l["kind"] != "run" {
+			t.Errorf("line of kind %v", l["kind"])
+			continue
+		}
+		checkRun(t, l)
+		seen[l["system"].(string)+" "+l["mode"].(string)] = true
+		if l["sustained"] != true {
+			t.Errorf("%s %s: not sustained", l["system"], l["mode"])
+		}
+		rss := l["broker"].(map[string]any)["peak_rss_bytes"].(float64)
+		if l["system"] == "fibril" {
+			soloRSS = rss
+		} else {
+			clusterRSS = max(clusterRSS, rss)
+		}
+	}
+	for _, want := range []string{"fibril buffered", "fibril-3n durable", "fibril-3n buffered"} {
+		if !seen[want] {
+			t.Errorf("no run of %s: %v", want, seen)
+		}
+	}
+	// Three nodes' peaks summed: more than one broker's.
+	if clusterRSS <= soloRSS {
+		t.Errorf("the cluster's peak RSS %v is not above one broker's %v: not every node measured", clusterRSS, soloRSS)
+	}
+}
+
 // checkRun checks one run line's fields.
 func checkRun(t *testing.T, l map[string]any) {
 	t.Helper()

@@ -1,13 +1,17 @@
 package e2ebench
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
+	"time"
 
 	"github.com/fibril-edge/fibril/appliance/client"
 )
@@ -23,10 +27,22 @@ type Fibril struct {
 	Durable bool
 	// Prefetch is the consumer's window; default 1000.
 	Prefetch int
+	// Nodes is the number of nodes when Addr lists a cluster's (0 or 1:
+	// one broker). Policy is the replication policy each queue is
+	// declared with, through Admin (say majority_durable or
+	// replica_buffered:2); the streams then connect to the node that
+	// serves the queue.
+	Nodes  int
+	Policy string
 }
 
-// System implements Target.
-func (f Fibril) System() string { return "fibril" }
+// System implements Target: "fibril", or "fibril-3n" for three nodes.
+func (f Fibril) System() string {
+	if f.Nodes > 1 {
+		return fmt.Sprintf("fibril-%dn", f.Nodes)
+	}
+	return "fibril"
+}
 
 // Mode implements Target.
 func (f Fibril) Mode() string {
@@ -44,6 +60,14 @@ func (f Fibril) Open(ctx context.Context, name string, publishers, window int) (
 			DisableReconnect: true, Logger: quiet})
 	}
 	s := &fibrilStream{target: f, queue: name}
+	if f.Policy != "" {
+		local, _, _ := strings.Cut(f.Addr, ",") // Admin is the first node's
+		owner, err := declarePolicy(ctx, f.Admin, local, name, f.Mode(), f.Policy)
+		if err != nil {
+			return nil, err
+		}
+		f.Addr = owner + "," + f.Addr // the owner first; the rest if it is lost
+	}
 	sub, err := dial(0)
 	if err != nil {
 		return nil, fmt.Errorf("fibril: dial %s: %w", f.Addr, err)
@@ -127,4 +151,60 @@ func deleteQueue(admin, queue string) error {
 		return fmt.Errorf("fibril: delete queue %s: %s", queue, resp.Status)
 	}
 	return nil
+}
+
+// declarePolicy declares a queue with a replication policy through a
+// cluster node's admin API (whose client address is local), retrying
+// while the cluster has no leader yet, and returns the client address of
+// the node that serves it.
+func declarePolicy(ctx context.Context, admin, local, queue, durability, policy string) (string, error) {
+	body, err := json.Marshal(map[string]string{"name": queue, "durability": durability, "policy": policy})
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		addr, err := postDeclare(ctx, admin, local, body)
+		if err == nil {
+			return addr, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("fibril: declare %s with policy %s: %w", queue, policy, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func postDeclare(ctx context.Context, admin, local string, body []byte) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, admin+"/api/queues", bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Queue struct {
+			ServedBy *string `json:"served_by"` // absent: the node asked serves it
+			ServedAt string  `json:"served_at"`
+		} `json:"queue"`
+		Error string `json:"error"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return "", fmt.Errorf("%s: %w", resp.Status, err)
+	}
+	switch {
+	case resp.StatusCode/100 != 2:
+		return "", fmt.Errorf("%s: %s", resp.Status, out.Error)
+	case out.Queue.ServedBy == nil:
+		return local, nil
+	case out.Queue.ServedAt == "":
+		return "", errors.New("no node serves the queue yet")
+	}
+	return out.Queue.ServedAt, nil
 }

@@ -39,7 +39,7 @@ func RunOpenLoop(ctx context.Context, t Target, name string, s Schedule, o RunOp
 	if err := warmup(ctx, st, publishers, total, o, rec); err != nil {
 		return res, fmt.Errorf("%s %s: %w", t.System(), t.Mode(), err)
 	}
-	before, measured := sampleBefore(o.Pid)
+	before, measured := sampleBefore(o.Pids)
 
 	start := time.Now().Add(20 * time.Millisecond)
 	cut := start.Add(s.Duration + max(2*o.Grace, 2*time.Second))
@@ -82,7 +82,7 @@ func RunOpenLoop(ctx context.Context, t Target, name string, s Schedule, o RunOp
 	}
 	end := time.Now()
 	if measured {
-		if after, err := SampleProc(o.Pid); err == nil {
+		if after, err := sampleProcs(o.Pids); err == nil {
 			res.Broker = usage(before, after, total, o.Payload)
 		}
 	}
@@ -148,11 +148,33 @@ func ratePer(count int, start, last, end time.Time) float64 {
 
 // sampleBefore resets the broker's peak RSS and samples it; measured is
 // false when there is no broker process or /proc cannot be read.
-func sampleBefore(pid int) (ProcSample, bool) {
-	if pid == 0 {
+func sampleBefore(pids []int) (ProcSample, bool) {
+	if len(pids) == 0 {
 		return ProcSample{}, false
 	}
-	ResetPeakRSS(pid) // best effort: without it peak RSS covers the process's life
-	s, err := SampleProc(pid)
+	for _, pid := range pids {
+		ResetPeakRSS(pid) // best effort: without it peak RSS covers the process's life
+	}
+	s, err := sampleProcs(pids)
 	return s, err == nil
+}
+
+// sampleProcs is SampleProc of every process, summed: a cluster's nodes
+// together (their peak RSS is the sum of each one's peak).
+func sampleProcs(pids []int) (ProcSample, error) {
+	var sum ProcSample
+	for _, pid := range pids {
+		s, err := SampleProc(pid)
+		if err != nil {
+			return ProcSample{}, err
+		}
+		sum.At = s.At
+		sum.CPU += s.CPU
+		sum.RSS += s.RSS
+		sum.PeakRSS += s.PeakRSS
+		sum.CtxSwitches += s.CtxSwitches
+		sum.WriteBytes += s.WriteBytes
+		sum.OpenFiles += s.OpenFiles
+	}
+	return sum, nil
 }

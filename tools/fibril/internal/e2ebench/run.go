@@ -21,9 +21,9 @@ type RunOptions struct {
 	// Warmup messages are published and consumed before the measured
 	// part, untimed; default 200.
 	Warmup int
-	// Pid is the broker's process id, measured in /proc around the
-	// measured part; 0: not measured.
-	Pid int
+	// Pids are the broker's processes (a cluster's nodes), measured in
+	// /proc around the measured part and summed; none: not measured.
+	Pids []int
 	// Progress, when set, is called with the messages delivered so far.
 	Progress func(delivered int)
 }

@@ -45,7 +45,7 @@ func RunSaturation(ctx context.Context, t Target, name string, publishers int, d
 	if err := warmup(ctx, st, publishers, unbounded, o, rec); err != nil {
 		return res, err
 	}
-	before, measured := sampleBefore(o.Pid)
+	before, measured := sampleBefore(o.Pids)
 	start := time.Now()
 	stop := start.Add(d)
 	stopAt.Store(stop.UnixNano())
@@ -91,7 +91,7 @@ func RunSaturation(ctx context.Context, t Target, name string, publishers int, d
 	wg.Wait()
 	deliveredInTime := delivered.Load()
 	if measured {
-		if after, err := SampleProc(o.Pid); err == nil {
+		if after, err := sampleProcs(o.Pids); err == nil {
 			res.Broker = usage(before, after, int(sentN.Load()), o.Payload)
 		}
 	}

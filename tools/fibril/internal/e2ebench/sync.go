@@ -54,7 +54,7 @@ func RunOneSync(ctx context.Context, t Target, name string, d time.Duration, o R
 	if err := warmup(ctx, st, 1, unbounded, o, rec); err != nil {
 		return res, err
 	}
-	before, measured := sampleBefore(o.Pid)
+	before, measured := sampleBefore(o.Pids)
 	var lat []time.Duration
 	start := time.Now()
 	stop := start.Add(d)
@@ -88,7 +88,7 @@ func RunOneSync(ctx context.Context, t Target, name string, d time.Duration, o R
 		return res, fmt.Errorf("one-sync: %w", ctx.Err())
 	}
 	if measured {
-		if after, err := SampleProc(o.Pid); err == nil {
+		if after, err := sampleProcs(o.Pids); err == nil {
 			res.Broker = usage(before, after, len(lat)+res.Failed, o.Payload)
 		}
 	}
