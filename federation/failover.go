@@ -234,6 +234,10 @@ func (c *Cluster) recoverQueues() {
 				c.shipTails(st, name)
 			case a.Owner == me && c.fo.sealedAt(name) == a.Epoch && !c.installedAt(name, a.Epoch):
 				err = c.install(st, name)
+			case a.Owner == me && !c.installedAt(name, a.Epoch) && !c.node.liveKnown():
+				// A blank node does not know yet which queues it saw
+				// declared: it neither serves nor asks until it does
+				// (Node.learnLive wakes this loop).
 			case a.Owner == me && !c.installedAt(name, a.Epoch) && !c.freshQueue(st, name):
 				// This process owns the queue at an epoch it was never
 				// installed in: the node restarted after it sealed, or

@@ -101,9 +101,9 @@ type Node struct {
 	replayOnce sync.Once
 
 	// blank: raft had no state at open (a new node, or a wiped one).
-	// liveFrom is set at the first applied change (see Fresh).
+	// liveFrom is where fresh commands begin, set before liveSet (see
+	// Fresh): at open, or once the leader answered (learnLive).
 	blank    bool
-	liveOnce sync.Once
 	liveFrom atomic.Uint64
 	liveSet  atomic.Bool
 }
@@ -138,7 +138,7 @@ func Open(o Options) (*Node, error) {
 		store.Close()
 		return nil, err
 	}
-	n.liveFrom.Store(n.replayAt) // a blank node moves it at its first change (noteLive)
+	n.liveFrom.Store(n.replayAt) // a blank node learns it from the leader (learnLive)
 	ln := o.Listener
 	if ln == nil {
 		ln, err = net.Listen("tcp", o.Listen)
@@ -165,6 +165,10 @@ func Open(o Options) (*Node, error) {
 	n.checkReplayed()
 	n.wg.Add(1)
 	go n.announce()
+	if n.blank {
+		n.wg.Add(1)
+		go n.learnLive()
+	}
 	return n, nil
 }
 
@@ -303,7 +307,8 @@ func (n *Node) Leader() (id, addr string) {
 // IsLeader reports whether this node leads.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 
-// Changed returns a channel closed at the next applied command.
+// Changed returns a channel closed at the next applied command, or when
+// a blank node learned where its live commands begin (learnLive).
 func (n *Node) Changed() <-chan struct{} {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -312,7 +317,12 @@ func (n *Node) Changed() <-chan struct{} {
 
 func (n *Node) notify() {
 	n.checkReplayed()
-	n.noteLive()
+	n.wake()
+}
+
+// wake closes the channel Changed returned: whoever waits on it looks
+// at the state again.
+func (n *Node) wake() {
 	n.mu.Lock()
 	close(n.changed)
 	n.changed = make(chan struct{})

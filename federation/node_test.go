@@ -351,3 +351,57 @@ func TestDialChecksThePeersCertificate(t *testing.T) {
 	}
 	conn.Close()
 }
+
+// A node whose raft state was wiped sees no queue declared before it came
+// back as fresh (one it saw created, whose log holds all the queue had),
+// however many batches its catch-up from the leader takes; a queue
+// declared once it is back is fresh to it.
+func TestWipedNodeSeesNothingFreshFromBefore(t *testing.T) {
+	c := startCluster(t, 3)
+	lead := c.leader()
+	var wiped string
+	for _, id := range c.ids {
+		if id != lead {
+			wiped = id
+			break
+		}
+	}
+	ctx := ctxT(t)
+	// More commands than one append batch of raft carries (64), so the
+	// wiped node catches up in several.
+	const queues = 200
+	for i := range queues {
+		if _, _, err := c.nodes[lead].Declare(ctx, appliance.QueueConfig{Name: fmt.Sprintf("q%03d", i)}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := c.nodes[lead].State()
+
+	c.nodes[wiped].Close()
+	delete(c.nodes, wiped)
+	c.dirs[wiped] = t.TempDir()
+	ln, err := net.Listen("tcp", c.addrs[wiped])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.open(wiped, ln)
+	nd := c.nodes[wiped]
+	await.Within(t, 30*time.Second, wiped+" to catch up", func() bool {
+		return len(nd.State().Queues) == queues
+	})
+	for name, q := range before.Queues {
+		if nd.Fresh(q.Incarnation) {
+			t.Fatalf("queue %s, declared at %d before %s was wiped, is fresh to it", name, q.Incarnation, wiped)
+		}
+	}
+	// What is committed before the leader has told it where its live
+	// commands begin is not fresh to it either.
+	await.Within(t, 30*time.Second, wiped+" to hear from the leader where its live commands begin", nd.liveKnown)
+	after, _, err := c.nodes[lead].Declare(ctx, appliance.QueueConfig{Name: "later"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	await.Within(t, 30*time.Second, "the queue declared after "+wiped+" was back to be fresh to it", func() bool {
+		return nd.Fresh(after.Incarnation)
+	})
+}

@@ -24,6 +24,10 @@ type controlRequest struct {
 	Command *control.Command `json:"command,omitempty"`
 	// Ping asks only for an answer: the leader's failure detector.
 	Ping bool `json:"ping,omitempty"`
+	// CommitIndex asks the leader for its commit index (Index in the
+	// answer): where a node whose raft state was empty starts to see
+	// commands live (Node.Fresh).
+	CommitIndex bool `json:"commit_index,omitempty"`
 }
 
 type controlResponse struct {
@@ -31,6 +35,7 @@ type controlResponse struct {
 	Error   string        `json:"error,omitempty"`
 	Queue   control.Queue `json:"queue,omitzero"`
 	Created bool          `json:"created,omitempty"`
+	Index   uint64        `json:"index,omitempty"` // the leader's commit index, for CommitIndex
 }
 
 // sentinels cross the wire by name so a forwarded error still matches
@@ -138,6 +143,14 @@ func (n *Node) serveControl(c net.Conn) {
 	case <-n.ready:
 	default: // raft is still starting
 		json.NewEncoder(c).Encode(encodeResult(control.Result{Err: ErrNoLeader}))
+		return
+	}
+	if req.CommitIndex {
+		if n.raft.State() != raft.Leader {
+			json.NewEncoder(c).Encode(encodeResult(control.Result{Err: ErrNoLeader}))
+			return
+		}
+		json.NewEncoder(c).Encode(controlResponse{Index: n.raft.CommitIndex()})
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout-time.Second)

@@ -1,7 +1,9 @@
 package federation
 
 import (
+	"context"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -62,24 +64,65 @@ func (n *Node) checkReplayed() {
 // node rejoining). A queue declared at a fresh index is one this node
 // saw created, so a log it creates for it holds everything the queue
 // ever had; any other log it creates may lack what the node once held.
+// Until a blank node has heard from the leader where that is (learnLive),
+// nothing is fresh to it.
 func (n *Node) Fresh(index uint64) bool {
 	return n.liveSet.Load() && index > n.liveFrom.Load()
 }
 
-// noteLive fixes where fresh commands begin, at the first applied change:
-// after what the node's own log held at open, or, for a node that opened
-// with no raft state, after everything the cluster had committed when it
-// first heard from it.
-func (n *Node) noteLive() {
-	if !n.blank {
-		return // liveFrom is replayAt, set at open
-	}
-	n.liveOnce.Do(func() {
-		from := n.fsm.Applied()
-		if n.raft != nil {
-			from = max(from, n.raft.CommitIndex())
+// liveKnown reports whether Fresh can tell yet: false only while a blank
+// node waits for the leader's answer (learnLive).
+func (n *Node) liveKnown() bool { return n.liveSet.Load() }
+
+// learnLive fixes, for a node that opened with no raft state, where fresh
+// commands begin: after the leader's commit index, asked once this node
+// is up. Every command committed by then was committed before this node
+// could have seen it created, however many batches its catch-up takes (its
+// own commit index after the first batch is only that batch's end: a
+// wiped owner took queues declared later in its catch-up as fresh and
+// would serve them from an empty log); a command committed after the
+// answer was proposed after this node was back. It retries until a
+// leader answers or the node closes, then wakes whoever waits on Changed.
+func (n *Node) learnLive() {
+	defer n.wg.Done()
+	backoff := n.opts.ElectionTimeout / 20
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*n.opts.ElectionTimeout)
+		idx, err := n.leaderCommitIndex(ctx)
+		cancel()
+		if err == nil {
+			n.liveFrom.Store(max(idx, n.fsm.Applied()))
+			n.liveSet.Store(true)
+			n.log.Debug("commands live from", "index", n.liveFrom.Load())
+			n.wake()
+			return
 		}
-		n.liveFrom.Store(from)
-		n.liveSet.Store(true)
-	})
+		n.log.Debug("asking the leader where this node's live commands begin", "err", err)
+		select {
+		case <-n.stop:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, n.opts.ElectionTimeout/4)
+	}
+}
+
+// leaderCommitIndex is the leader's commit index: this node's own when it
+// leads, else asked of the leader.
+func (n *Node) leaderCommitIndex(ctx context.Context) (uint64, error) {
+	if n.raft.State() == raft.Leader {
+		return n.raft.CommitIndex(), nil
+	}
+	_, addr := n.Leader()
+	if addr == "" {
+		return 0, ErrNoLeader
+	}
+	resp, err := n.request(ctx, addr, controlRequest{CommitIndex: true})
+	if err != nil {
+		return 0, err
+	}
+	if r := decodeResult(resp); r.Err != nil {
+		return 0, r.Err
+	}
+	return resp.Index, nil
 }
