@@ -50,6 +50,12 @@ func (c *Cluster) declareAdopted(ctx context.Context, cfg appliance.QueueConfig)
 	if err := c.node.waitFor(ctx, func(s *control.State) bool { _, ok := s.Members[me]; return ok }); err != nil {
 		return fmt.Errorf("queue %s joins the cluster with this node, which is not a member yet: %w", cfg.Name, err)
 	}
+	// A node that joins with its queues opened with no raft state: the
+	// adoption must be committed after the leader told it where its live
+	// commands begin, or the queue would not be one it saw declared.
+	if err := c.node.awaitLive(ctx); err != nil {
+		return fmt.Errorf("queue %s joins the cluster: %w", cfg.Name, err)
+	}
 	r := c.node.propose(ctx, control.Command{Op: control.OpAdopt, Queue: &cfg, Owner: me})
 	if r.Err != nil {
 		return fmt.Errorf("bring queue %s into the cluster: %w", cfg.Name, r.Err)

@@ -107,6 +107,23 @@ func (n *Node) learnLive() {
 	}
 }
 
+// awaitLive waits until Fresh can tell (liveKnown), or ctx ends.
+func (n *Node) awaitLive(ctx context.Context) error {
+	for {
+		changed := n.Changed()
+		if n.liveKnown() {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-n.stop:
+			return ErrClosed
+		case <-ctx.Done():
+			return fmt.Errorf("the leader has not said where this node's live commands begin: %w", ctx.Err())
+		}
+	}
+}
+
 // leaderCommitIndex is the leader's commit index: this node's own when it
 // leads, else asked of the leader.
 func (n *Node) leaderCommitIndex(ctx context.Context) (uint64, error) {
