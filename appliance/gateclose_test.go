@@ -266,3 +266,85 @@ func TestMarkerAfterCloseIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// lateReplication gives every partition a gate that is writable from the
+// start and passes every record, while replayHeld's wait for the install
+// (Wait at 0) lasts until the test releases it: publishes reach the
+// partition before its replay asks for the marker.
+type lateReplication struct{ release chan struct{} }
+
+func (r lateReplication) Attach(string, int, QueueConfig, *wal.Log) ReplicaGate { return r }
+
+func (r lateReplication) Wait(stop <-chan struct{}, next uint64) error {
+	if next > 0 {
+		return nil
+	}
+	select {
+	case <-r.release:
+		return nil
+	case <-stop:
+		return errors.New("stopped")
+	}
+}
+func (lateReplication) Floor() uint64                 { return 0 }
+func (lateReplication) Writable() error               { return nil }
+func (lateReplication) AwaitWritable(<-chan struct{}) {}
+func (lateReplication) Detach()                       {}
+func (lateReplication) Status() string                { return "late" }
+
+// A partition reopened with records held for its gate, whose appends fill
+// the hand-off to the applier before the replay writes the marker those
+// records wait for, still completes them all: the marker is the first
+// append, made by the first submit, so the replay never waits for a
+// submit that waits for the replay (a restarted owner's queue hung with
+// 129 records written and none confirmed).
+func TestHeldRecordsWithHandOffFull(t *testing.T) {
+	ctx := testCtx(t)
+	fs := vfs.NewMem()
+	b := openBroker(t, fs, "data", Options{Replication: heldReplication{}})
+	declare(t, ctx, b, QueueConfig{Name: "q", Durability: Durable})
+	failed := make(chan error, 1)
+	b.PublishAsync("q", Message{Body: []byte("held")}, func(_ Confirm, err error) { failed <- err })
+	q, err := b.queue("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the publish to be written", func() bool { return q.parts[0].log.WrittenNext() == 1 })
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-failed; err == nil {
+		t.Fatal("a publish held at a shut gate confirmed")
+	}
+
+	r := lateReplication{release: make(chan struct{})}
+	b = openBroker(t, fs, "data", Options{Replication: r})
+	defer b.Close()
+	q, err = b.queue("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := q.parts[0]
+	n := cap(p.applyCh) + 2 // a full hand-off and one append blocked on it
+	done := make(chan error, n)
+	go func() { // one append each, unlike publishes, which batch
+		for i := range n {
+			p.submit(settleEntries(recAck, []uint64{uint64(1000 + i)}), func(_ wal.AppendResult, err error) { done <- err })
+		}
+	}()
+	waitFor(t, ctx, "the hand-off to the applier to fill", func() bool { return len(p.applyCh) == cap(p.applyCh) })
+	close(r.release)
+	for range n {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("an append after the reopen failed: %v", err)
+			}
+		case <-ctx.Done():
+			t.Fatal("appends that filled the hand-off before the marker never completed")
+		}
+	}
+	if in, err := b.QueueInfo("q"); err != nil || in.Messages != 1 {
+		t.Fatalf("the held record is not counted once the gate passed it: %d messages (%v)", in.Messages, err)
+	}
+}

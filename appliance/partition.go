@@ -38,6 +38,16 @@ type partition struct {
 	// closing it. The applier goroutine owns the receiving side.
 	submitMu sync.Mutex
 	applyCh  chan pendingAppend
+	// marker is the record the records replayHeld holds wait for, once
+	// appended; markerDue says they wait for one, and markerSent is closed
+	// once it is handed to the applier (both set at open). The marker is
+	// the first append once the partition is writable, made by whichever
+	// submit comes first: replayHeld runs on the applier, so a marker
+	// queued behind a full applyCh would never be sent, and a publisher
+	// blocked on the full channel holds submitMu.
+	marker     *wal.Completion
+	markerDue  bool
+	markerSent chan struct{}
 	// dur is the boundary appends complete at (a wal.Boundary): the
 	// queue's mode. Changed only with submitMu held (mode.go), so every
 	// append takes the boundary in effect when it was handed over.
@@ -116,6 +126,9 @@ func openPartition(q *queue, idx int, log *wal.Log, rp *replayer, gate ReplicaGa
 	// Their ids are in the dedupe window before anyone can publish: a
 	// publish retried across a failover is a duplicate of one of them.
 	p.held = p.heldIDs(rp.st.appliedNext, heldTo)
+	if gate != nil && rp.st.appliedNext < heldTo { // not shared yet
+		p.markerDue, p.markerSent = true, make(chan struct{})
+	}
 	p.wg.Add(2)
 	go func() {
 		p.replayHeld(heldTo)
@@ -184,6 +197,7 @@ func (p *partition) handOver(entries []wal.Entry, at *wal.Boundary, room *heldRo
 		if err := p.gate.Writable(); err != nil {
 			return err
 		}
+		p.appendMarkerLocked()
 	}
 	c := p.log.AppendAsync(entries, dur)
 	select {
@@ -197,32 +211,46 @@ func (p *partition) handOver(entries []wal.Entry, at *wal.Boundary, room *heldRo
 	}
 }
 
-// appendMarker appends a recMarker through the applier's queue (it is
-// applied after the records replayHeld applies, like any append since
-// the open) and returns its offset once it completed.
+// appendMarker returns the offset of the marker replayHeld's records wait
+// for, once its append completed. A goroutine of its own appends it unless
+// a submit did: replayHeld runs on the applier, which must not wait for
+// submitMu (a submit may hold it while it waits for the applier).
 func (p *partition) appendMarker() (uint64, error) {
-	p.submitMu.Lock()
+	errc := make(chan error, 1)
+	p.wg.Add(1) // the applier, which calls this, is counted: Close waits
+	go func() {
+		defer p.wg.Done()
+		p.submitMu.Lock()
+		defer p.submitMu.Unlock()
+		select {
+		case <-p.closing:
+			// close may have closed applyCh already (it takes submitMu
+			// after closing): a send could pick the closed channel.
+			errc <- ErrClosed
+			return
+		default:
+		}
+		if !p.markerDue {
+			errc <- errors.New("no recovered records wait for a marker")
+			return
+		}
+		if err := p.gate.Writable(); err != nil {
+			errc <- err
+			return
+		}
+		p.appendMarkerLocked()
+		errc <- nil
+	}()
 	select {
+	case <-p.markerSent:
+	case err := <-errc:
+		if err != nil {
+			return 0, err
+		}
 	case <-p.closing:
-		// close may have closed applyCh already (it takes submitMu after
-		// closing): a send below could pick the closed channel.
-		p.submitMu.Unlock()
-		return 0, ErrClosed
-	default:
-	}
-	if err := p.gate.Writable(); err != nil {
-		p.submitMu.Unlock()
-		return 0, err
-	}
-	entries := []wal.Entry{{Type: recMarker}}
-	c := p.log.AppendAsync(entries, p.boundary())
-	select {
-	case p.applyCh <- pendingAppend{c: c, entries: entries}:
-	case <-p.closing:
-		p.submitMu.Unlock()
 		return 0, ErrClosed
 	}
-	p.submitMu.Unlock()
+	c := p.marker // written before markerSent closed
 	select {
 	case <-c.Done():
 	case <-p.closing:
@@ -230,6 +258,22 @@ func (p *partition) appendMarker() (uint64, error) {
 	}
 	res, err := c.Result()
 	return res.First, err
+}
+
+// appendMarkerLocked appends the marker when one is due and not appended
+// yet, and hands it to the applier, which applies it after the records
+// replayHeld applies, like any append since the open. It is the first
+// append since the open (nothing is appended before the partition is
+// writable), so applyCh has room. submitMu is held, the partition is
+// writable and not closing.
+func (p *partition) appendMarkerLocked() {
+	if !p.markerDue || p.marker != nil {
+		return
+	}
+	entries := []wal.Entry{{Type: recMarker}}
+	p.marker = p.log.AppendAsync(entries, p.boundary())
+	p.applyCh <- pendingAppend{c: p.marker, entries: entries}
+	close(p.markerSent)
 }
 
 // heldDedupe are the message ids of records held for the replica gate
