@@ -164,11 +164,17 @@ func Open(o Options) (*Node, error) {
 	close(n.ready)
 	n.checkReplayed()
 	n.wg.Add(1)
-	go n.announce()
-	if n.blank {
-		n.wg.Add(1)
-		go n.learnLive()
-	}
+	go func() {
+		if n.blank {
+			n.learnLive() // before the announcement: see learnLive
+		}
+		select {
+		case <-n.stop:
+			n.wg.Done()
+		default:
+			n.announce()
+		}
+	}()
 	return n, nil
 }
 
@@ -207,6 +213,9 @@ func (n *Node) startRaft() error {
 	}
 	n.raft = r
 	if !n.blank {
+		// What raft restored from a snapshot was applied before this
+		// process, like what its own log replays.
+		n.liveFrom.Store(max(n.replayAt, n.fsm.Applied()))
 		n.liveSet.Store(true)
 	}
 	return nil

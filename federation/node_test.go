@@ -326,6 +326,52 @@ func TestJoinViaPeer(t *testing.T) {
 	}
 }
 
+// A follower passes a request on to the leader once: a request it
+// receives already forwarded is answered with ErrNoLeader and goes no
+// further, so two followers that take each other for the leader cannot
+// pass one request back and forth. The same request sent first-hand is
+// forwarded and applied.
+func TestForwardedRequestsGoOneHop(t *testing.T) {
+	c := startCluster(t, 3)
+	lead := c.leader()
+	var follower, third string
+	for _, id := range c.ids {
+		switch {
+		case id == lead:
+		case follower == "":
+			follower = id
+		default:
+			third = id
+		}
+	}
+	ctx := ctxT(t)
+	from := c.nodes[third]
+	cmd := func(v string) controlRequest {
+		return controlRequest{Command: &control.Command{Op: control.OpSetSettings, Settings: map[string]string{"replicas": v}}}
+	}
+	passedOn := context.WithValue(ctx, servingKey{}, false) // as a node serving another's request
+	resp, err := from.request(passedOn, c.addrs[follower], cmd("2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := decodeResult(resp); !errors.Is(r.Err, ErrNoLeader) {
+		t.Fatalf("a forwarded request at follower %s: %+v, want ErrNoLeader", follower, r)
+	}
+	if got := c.nodes[lead].State().Settings["replicas"]; got != "" {
+		t.Fatalf("the forwarded request was passed on and applied: replicas = %q", got)
+	}
+	resp, err = from.request(ctx, c.addrs[follower], cmd("2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := decodeResult(resp); r.Err != nil {
+		t.Fatalf("a first-hand request at follower %s: %v", follower, r.Err)
+	}
+	if got := c.nodes[lead].State().Settings["replicas"]; got != "2" {
+		t.Fatalf("the first-hand request was not applied: replicas = %q", got)
+	}
+}
+
 // A node dialling a cluster address checks that the peer answering is the
 // node the cluster knows there: a certificate the cluster's CA signed for
 // another node is refused, as a stand-in for a peer would present.

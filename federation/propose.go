@@ -24,10 +24,29 @@ type controlRequest struct {
 	Command *control.Command `json:"command,omitempty"`
 	// Ping asks only for an answer: the leader's failure detector.
 	Ping bool `json:"ping,omitempty"`
-	// CommitIndex asks the leader for its commit index (Index in the
-	// answer): where a node whose raft state was empty starts to see
-	// commands live (Node.Fresh).
-	CommitIndex bool `json:"commit_index,omitempty"`
+	// Live, from a node whose raft state was empty at open (its ID),
+	// asks the leader where that node's live commands begin (Node.Fresh):
+	// the answer is the leader's applied index, after a barrier, and
+	// whether the node is a member already.
+	Live string `json:"live,omitempty"`
+	// Forwarded marks a request a follower passes on for another node:
+	// the node that receives it answers only if it leads, and never
+	// passes it on again (see servingKey).
+	Forwarded bool `json:"forwarded,omitempty"`
+}
+
+// servingKey marks the context of a request served for another node; its
+// value is the request's Forwarded. A request passed on from there is
+// marked Forwarded, and one that was forwarded already is not passed on:
+// two followers that each take the other for the leader (stale, for an
+// election) would otherwise pass one request back and forth, each hop on
+// a new connection with a new timeout, until their descriptors ran out.
+type servingKey struct{}
+
+// mayForward reports whether a request in ctx may be passed on.
+func mayForward(ctx context.Context) bool {
+	fwd, _ := ctx.Value(servingKey{}).(bool)
+	return !fwd
 }
 
 type controlResponse struct {
@@ -35,7 +54,8 @@ type controlResponse struct {
 	Error   string        `json:"error,omitempty"`
 	Queue   control.Queue `json:"queue,omitzero"`
 	Created bool          `json:"created,omitempty"`
-	Index   uint64        `json:"index,omitempty"` // the leader's commit index, for CommitIndex
+	Index   uint64        `json:"index,omitempty"`  // for Live: the leader's applied index
+	Member  bool          `json:"member,omitempty"` // for Live: the asker is a member
 }
 
 // sentinels cross the wire by name so a forwarded error still matches
@@ -145,16 +165,17 @@ func (n *Node) serveControl(c net.Conn) {
 		json.NewEncoder(c).Encode(encodeResult(control.Result{Err: ErrNoLeader}))
 		return
 	}
-	if req.CommitIndex {
-		if n.raft.State() != raft.Leader {
-			json.NewEncoder(c).Encode(encodeResult(control.Result{Err: ErrNoLeader}))
+	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), servingKey{}, req.Forwarded), controlTimeout-time.Second)
+	defer cancel()
+	if req.Live != "" {
+		idx, member, err := n.askLive(ctx, req.Live) // answered here when leading, else forwarded
+		if err != nil {
+			json.NewEncoder(c).Encode(encodeResult(control.Result{Err: err}))
 			return
 		}
-		json.NewEncoder(c).Encode(controlResponse{Index: n.raft.CommitIndex()})
+		json.NewEncoder(c).Encode(controlResponse{Index: idx, Member: member})
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout-time.Second)
-	defer cancel()
 	var r control.Result
 	switch {
 	case req.Join != nil:
@@ -168,7 +189,8 @@ func (n *Node) serveControl(c net.Conn) {
 }
 
 // propose applies cmd through the leader: here when this node leads,
-// else forwarded. It waits out an election up to ctx's end.
+// else forwarded. It waits out an election up to ctx's end, unless it
+// serves a forwarded request: then the node that asked retries.
 func (n *Node) propose(ctx context.Context, cmd control.Command) control.Result {
 	for {
 		r, err := n.proposeOnce(ctx, cmd)
@@ -177,6 +199,9 @@ func (n *Node) propose(ctx context.Context, cmd control.Command) control.Result 
 		}
 		if !errors.Is(err, ErrNoLeader) && !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) {
 			return control.Result{Err: err}
+		}
+		if !mayForward(ctx) {
+			return control.Result{Err: fmt.Errorf("%w: %w", ErrNoLeader, err)}
 		}
 		select {
 		case <-ctx.Done():
@@ -204,7 +229,7 @@ func (n *Node) proposeOnce(ctx context.Context, cmd control.Command) (control.Re
 		return f.Response().(control.Result), nil
 	}
 	_, addr := n.Leader()
-	if addr == "" {
+	if addr == "" || addr == n.ClusterAddr() || !mayForward(ctx) {
 		return control.Result{}, ErrNoLeader
 	}
 	resp, err := n.request(ctx, addr, controlRequest{Command: &cmd})
@@ -218,6 +243,31 @@ func (n *Node) proposeOnce(ctx context.Context, cmd control.Command) (control.Re
 	return r, nil
 }
 
+// leaderward lists where a follower sends a request that only the leader
+// answers, made for node id: nowhere when the request came forwarded
+// (mayForward), else the leader it knows of, then, when id is this node
+// itself, each configured peer (a joiner that is not in raft's
+// configuration yet hears of no leader, and a peer forwards to its own).
+// A request served for another node goes only to a known leader, not
+// fanned out.
+func (n *Node) leaderward(ctx context.Context, id string) []string {
+	if !mayForward(ctx) {
+		return nil
+	}
+	var addrs []string
+	if _, a := n.Leader(); a != "" && a != n.ClusterAddr() {
+		addrs = append(addrs, a)
+	}
+	if id == n.opts.ID {
+		for _, p := range n.opts.Peers {
+			if p.Addr != n.ClusterAddr() {
+				addrs = append(addrs, p.Addr)
+			}
+		}
+	}
+	return addrs
+}
+
 // request sends one control request to addr and reads the answer.
 func (n *Node) request(ctx context.Context, addr string, req controlRequest) (controlResponse, error) {
 	c, err := n.mux.dial(addr, protoControl, time.Until(deadline(ctx)))
@@ -226,6 +276,7 @@ func (n *Node) request(ctx context.Context, addr string, req controlRequest) (co
 	}
 	defer c.Close()
 	c.SetDeadline(deadline(ctx))
+	_, req.Forwarded = ctx.Value(servingKey{}).(bool) // passed on for another node
 	if err := json.NewEncoder(c).Encode(req); err != nil {
 		return controlResponse{}, err
 	}
@@ -253,22 +304,12 @@ func deadline(ctx context.Context) time.Time {
 }
 
 // join puts m into raft's configuration (voter or not) and the member
-// list. On a follower it is forwarded to the leader, or, when no leader
-// is known, tried on each configured peer.
+// list. On a follower it is forwarded to the leader, or, for this node's
+// own announcement, also to each configured peer (see leaderward).
 func (n *Node) join(ctx context.Context, m control.Member) error {
 	if n.raft.State() != raft.Leader {
-		addrs := []string{}
-		if _, a := n.Leader(); a != "" {
-			addrs = append(addrs, a)
-		}
-		for _, p := range n.opts.Peers {
-			addrs = append(addrs, p.Addr)
-		}
 		err := ErrNoLeader
-		for _, a := range addrs {
-			if a == n.ClusterAddr() {
-				continue
-			}
+		for _, a := range n.leaderward(ctx, m.ID) {
 			resp, rerr := n.request(ctx, a, controlRequest{Join: &m})
 			if rerr != nil {
 				err = rerr

@@ -2,9 +2,11 @@ package federation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/fibril-edge/fibril/federation/control"
 	"github.com/hashicorp/raft"
 )
 
@@ -31,7 +33,13 @@ func replayTarget(logs raft.LogStore) (uint64, error) {
 	}
 	for i := last; i >= first && i > 0; i-- {
 		var l raft.Log
-		if err := logs.GetLog(i, &l); err != nil {
+		if err := logs.GetLog(i, &l); errors.Is(err, raft.ErrLogNotFound) {
+			// A gap: a node that was down long took a snapshot past its
+			// old entries, and nothing after the gap is a command. The
+			// snapshot is the replayed state (Open takes the larger of
+			// this and what raft restored).
+			return 0, nil
+		} else if err != nil {
 			return 0, fmt.Errorf("federation: read raft log entry %d: %w", i, err)
 		}
 		if l.Type == raft.LogCommand {
@@ -75,29 +83,48 @@ func (n *Node) Fresh(index uint64) bool {
 func (n *Node) liveKnown() bool { return n.liveSet.Load() }
 
 // learnLive fixes, for a node that opened with no raft state, where fresh
-// commands begin: after the leader's commit index, asked once this node
-// is up. Every command committed by then was committed before this node
-// could have seen it created, however many batches its catch-up takes (its
-// own commit index after the first batch is only that batch's end: a
-// wiped owner took queues declared later in its catch-up as fresh and
-// would serve them from an empty log); a command committed after the
-// answer was proposed after this node was back. It retries until a
-// leader answers or the node closes, then wakes whoever waits on Changed.
+// commands begin, by asking the leader before this node announces
+// itself. A node that is not a member yet (a new node) can be named by no
+// queue until its announcement, which comes after the answer: every
+// command is fresh to it. A member (a node whose raft state was wiped)
+// takes as fresh only what the leader applies after its answer: what was
+// committed before may name it from before the wipe, however many
+// batches its catch-up takes (its own commit index after the first batch
+// is only that batch's end: a wiped owner took queues declared later in
+// its catch-up as fresh, and would have served them from an empty log).
+// It retries until a leader answers or the node closes, then wakes
+// whoever waits on Changed.
 func (n *Node) learnLive() {
-	defer n.wg.Done()
 	backoff := n.opts.ElectionTimeout / 20
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*n.opts.ElectionTimeout)
-		idx, err := n.leaderCommitIndex(ctx)
+	for failures := 1; ; failures++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*n.opts.ElectionTimeout)
+		go func() { // Close does not wait out a request
+			select {
+			case <-n.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		idx, member, err := n.askLive(ctx, n.opts.ID)
 		cancel()
 		if err == nil {
-			n.liveFrom.Store(max(idx, n.fsm.Applied()))
+			if member {
+				n.liveFrom.Store(max(idx, n.fsm.Applied()))
+			} else {
+				n.liveFrom.Store(0)
+			}
 			n.liveSet.Store(true)
-			n.log.Debug("commands live from", "index", n.liveFrom.Load())
+			n.log.Debug("commands live from", "index", n.liveFrom.Load(), "member", member)
 			n.wake()
 			return
 		}
-		n.log.Debug("asking the leader where this node's live commands begin", "err", err)
+		if failures%20 == 0 {
+			// Queues this node owns are neither served nor recovered
+			// until it hears: say so where an operator looks.
+			n.log.Warn("no leader has said yet where this node's live commands begin; its queues wait", "tries", failures, "err", err)
+		} else {
+			n.log.Debug("asking the leader where this node's live commands begin", "err", err)
+		}
 		select {
 		case <-n.stop:
 			return
@@ -105,6 +132,50 @@ func (n *Node) learnLive() {
 		}
 		backoff = min(2*backoff, n.opts.ElectionTimeout/4)
 	}
+}
+
+// askLive answers a Live request for node id here when this node leads,
+// else passes it leaderward.
+func (n *Node) askLive(ctx context.Context, id string) (uint64, bool, error) {
+	if n.raft.State() == raft.Leader {
+		return n.liveAnswer(ctx, id)
+	}
+	err := ErrNoLeader
+	for _, a := range n.leaderward(ctx, id) {
+		resp, rerr := n.request(ctx, a, controlRequest{Live: id})
+		if rerr != nil {
+			err = rerr
+			continue
+		}
+		if r := decodeResult(resp); r.Err != nil {
+			err = r.Err
+			continue
+		}
+		return resp.Index, resp.Member, nil
+	}
+	return 0, false, err
+}
+
+// liveAnswer is the leader's answer to a Live request: once a barrier has
+// applied every committed command (a new leader's commit index lags until
+// an entry of its term commits, and a deposed one cannot commit the
+// barrier), the applied index and whether id is a member.
+func (n *Node) liveAnswer(ctx context.Context, id string) (uint64, bool, error) {
+	f := n.raft.Barrier(time.Until(deadline(ctx)))
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }() // ends when the barrier applies or fails
+	select {
+	case err := <-done:
+		if err != nil {
+			return 0, false, fmt.Errorf("%w: barrier: %w", ErrNoLeader, err)
+		}
+	case <-ctx.Done():
+		return 0, false, fmt.Errorf("%w: barrier: %w", ErrNoLeader, ctx.Err())
+	}
+	var member bool
+	var applied uint64
+	n.read(func(s *control.State) { _, member = s.Members[id]; applied = s.Applied })
+	return applied, member, nil
 }
 
 // awaitLive waits until Fresh can tell (liveKnown), or ctx ends.
@@ -122,24 +193,4 @@ func (n *Node) awaitLive(ctx context.Context) error {
 			return fmt.Errorf("the leader has not said where this node's live commands begin: %w", ctx.Err())
 		}
 	}
-}
-
-// leaderCommitIndex is the leader's commit index: this node's own when it
-// leads, else asked of the leader.
-func (n *Node) leaderCommitIndex(ctx context.Context) (uint64, error) {
-	if n.raft.State() == raft.Leader {
-		return n.raft.CommitIndex(), nil
-	}
-	_, addr := n.Leader()
-	if addr == "" {
-		return 0, ErrNoLeader
-	}
-	resp, err := n.request(ctx, addr, controlRequest{CommitIndex: true})
-	if err != nil {
-		return 0, err
-	}
-	if r := decodeResult(resp); r.Err != nil {
-		return 0, r.Err
-	}
-	return resp.Index, nil
 }
