@@ -1,6 +1,7 @@
 package appliance
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -107,16 +108,15 @@ func (switchedReplication) AwaitWritable(<-chan struct{}) {}
 func (switchedReplication) Detach()                       {}
 func (switchedReplication) Status() string                { return "switched" }
 
-// A publish held at a gate that never opened was written to the log but
-// never confirmed. After a restart it stays held: replay does not apply,
-// count or deliver it until the gate passes it, and then it is delivered.
-func TestReplayWaitsForTheGate(t *testing.T) {
-	ctx := testCtx(t)
-	fs := vfs.NewMem()
+// writeHeld leaves queue q in fs's "data" with one publish (body)
+// written but never past its gate, so never confirmed: a broker whose
+// gate never opened, closed.
+func writeHeld(t *testing.T, ctx context.Context, fs vfs.FS, d Durability, body string) {
+	t.Helper()
 	b := openBroker(t, fs, "data", Options{Replication: heldReplication{}})
-	declare(t, ctx, b, QueueConfig{Name: "q", Durability: Buffered})
+	declare(t, ctx, b, QueueConfig{Name: "q", Durability: d})
 	failed := make(chan error, 1)
-	b.PublishAsync("q", Message{Body: []byte("never confirmed")}, func(_ Confirm, err error) { failed <- err })
+	b.PublishAsync("q", Message{Body: []byte(body)}, func(_ Confirm, err error) { failed <- err })
 	q, err := b.queue("q")
 	if err != nil {
 		t.Fatal(err)
@@ -128,9 +128,18 @@ func TestReplayWaitsForTheGate(t *testing.T) {
 	if err := <-failed; err == nil {
 		t.Fatal("a publish held at a shut gate confirmed")
 	}
+}
+
+// A publish held at a gate that never opened was written to the log but
+// never confirmed. After a restart it stays held: replay does not apply,
+// count or deliver it until the gate passes it, and then it is delivered.
+func TestReplayWaitsForTheGate(t *testing.T) {
+	ctx := testCtx(t)
+	fs := vfs.NewMem()
+	writeHeld(t, ctx, fs, Buffered, "never confirmed")
 
 	gate := switchedReplication{open: make(chan struct{}), waiting: make(chan uint64, 1)}
-	b = openBroker(t, fs, "data", Options{Replication: gate})
+	b := openBroker(t, fs, "data", Options{Replication: gate})
 	defer b.Close()
 	delivered := make(chan Delivery, 1)
 	sub, err := b.Subscribe("q", SubscribeOptions{Deliver: func(d Delivery) { delivered <- d }})
@@ -301,26 +310,12 @@ func (lateReplication) Status() string                { return "late" }
 func TestHeldRecordsWithHandOffFull(t *testing.T) {
 	ctx := testCtx(t)
 	fs := vfs.NewMem()
-	b := openBroker(t, fs, "data", Options{Replication: heldReplication{}})
-	declare(t, ctx, b, QueueConfig{Name: "q", Durability: Durable})
-	failed := make(chan error, 1)
-	b.PublishAsync("q", Message{Body: []byte("held")}, func(_ Confirm, err error) { failed <- err })
-	q, err := b.queue("q")
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, ctx, "the publish to be written", func() bool { return q.parts[0].log.WrittenNext() == 1 })
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-failed; err == nil {
-		t.Fatal("a publish held at a shut gate confirmed")
-	}
+	writeHeld(t, ctx, fs, Durable, "held")
 
 	r := lateReplication{release: make(chan struct{})}
-	b = openBroker(t, fs, "data", Options{Replication: r})
+	b := openBroker(t, fs, "data", Options{Replication: r})
 	defer b.Close()
-	q, err = b.queue("q")
+	q, err := b.queue("q")
 	if err != nil {
 		t.Fatal(err)
 	}

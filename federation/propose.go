@@ -268,6 +268,26 @@ func (n *Node) leaderward(ctx context.Context, id string) []string {
 	return addrs
 }
 
+// requestLeaderward sends req, made for node id, to each address
+// leaderward lists until one answers without an error, and returns that
+// answer, else the last error.
+func (n *Node) requestLeaderward(ctx context.Context, id string, req controlRequest) (controlResponse, error) {
+	err := ErrNoLeader
+	for _, a := range n.leaderward(ctx, id) {
+		resp, rerr := n.request(ctx, a, req)
+		if rerr != nil {
+			err = rerr
+			continue
+		}
+		if r := decodeResult(resp); r.Err != nil {
+			err = r.Err
+			continue
+		}
+		return resp, nil
+	}
+	return controlResponse{}, err
+}
+
 // request sends one control request to addr and reads the answer.
 func (n *Node) request(ctx context.Context, addr string, req controlRequest) (controlResponse, error) {
 	c, err := n.mux.dial(addr, protoControl, time.Until(deadline(ctx)))
@@ -308,19 +328,7 @@ func deadline(ctx context.Context) time.Time {
 // own announcement, also to each configured peer (see leaderward).
 func (n *Node) join(ctx context.Context, m control.Member) error {
 	if n.raft.State() != raft.Leader {
-		err := ErrNoLeader
-		for _, a := range n.leaderward(ctx, m.ID) {
-			resp, rerr := n.request(ctx, a, controlRequest{Join: &m})
-			if rerr != nil {
-				err = rerr
-				continue
-			}
-			if r := decodeResult(resp); r.Err != nil {
-				err = r.Err
-				continue
-			}
-			return nil
-		}
+		_, err := n.requestLeaderward(ctx, m.ID, controlRequest{Join: &m})
 		return err
 	}
 	if err := n.addToRaft(m); err != nil {

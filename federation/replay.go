@@ -140,20 +140,8 @@ func (n *Node) askLive(ctx context.Context, id string) (uint64, bool, error) {
 	if n.raft.State() == raft.Leader {
 		return n.liveAnswer(ctx, id)
 	}
-	err := ErrNoLeader
-	for _, a := range n.leaderward(ctx, id) {
-		resp, rerr := n.request(ctx, a, controlRequest{Live: id})
-		if rerr != nil {
-			err = rerr
-			continue
-		}
-		if r := decodeResult(resp); r.Err != nil {
-			err = r.Err
-			continue
-		}
-		return resp.Index, resp.Member, nil
-	}
-	return 0, false, err
+	resp, err := n.requestLeaderward(ctx, id, controlRequest{Live: id})
+	return resp.Index, resp.Member, err
 }
 
 // liveAnswer is the leader's answer to a Live request: once a barrier has
