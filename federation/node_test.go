@@ -326,12 +326,12 @@ func TestJoinViaPeer(t *testing.T) {
 	}
 }
 
-// A follower passes a request on to the leader once: a request it
-// receives already forwarded is answered with ErrNoLeader and goes no
+// A request is passed on at most maxHops times: one that has made them,
+// received by a follower, is answered with ErrNoLeader and goes no
 // further, so two followers that take each other for the leader cannot
 // pass one request back and forth. The same request sent first-hand is
 // forwarded and applied.
-func TestForwardedRequestsGoOneHop(t *testing.T) {
+func TestForwardedRequestsHopsAreBounded(t *testing.T) {
 	c := startCluster(t, 3)
 	lead := c.leader()
 	var follower, third string
@@ -349,7 +349,7 @@ func TestForwardedRequestsGoOneHop(t *testing.T) {
 	cmd := func(v string) controlRequest {
 		return controlRequest{Command: &control.Command{Op: control.OpSetSettings, Settings: map[string]string{"replicas": v}}}
 	}
-	passedOn := context.WithValue(ctx, servingKey{}, false) // as a node serving another's request
+	passedOn := context.WithValue(ctx, servingKey{}, maxHops-1) // as the last node that may pass it on
 	resp, err := from.request(passedOn, c.addrs[follower], cmd("2"))
 	if err != nil {
 		t.Fatal(err)

@@ -29,15 +29,20 @@ type controlRequest struct {
 	// the answer is the leader's applied index, after a barrier, and
 	// whether the node is a member already.
 	Live string `json:"live,omitempty"`
-	// Forwarded marks a request a follower passes on for another node:
-	// the node that receives it answers only if it leads, and never
-	// passes it on again (see servingKey).
-	Forwarded bool `json:"forwarded,omitempty"`
+	// Hops counts the nodes that passed the request on: a node that
+	// receives one passed on maxHops times answers only if it leads (see
+	// servingKey).
+	Hops int `json:"hops,omitempty"`
 }
 
+// maxHops bounds how often a request is passed on: from the node asked
+// to a leader it knows of, which may have stepped down and pass it to the
+// new one, and once more through an election.
+const maxHops = 3
+
 // servingKey marks the context of a request served for another node; its
-// value is the request's Forwarded. A request passed on from there is
-// marked Forwarded, and one that was forwarded already is not passed on:
+// value is the request's Hops. A request passed on from there counts one
+// hop more, and one that has made maxHops is not passed on:
 // two followers that each take the other for the leader (stale, for an
 // election) would otherwise pass one request back and forth, each hop on
 // a new connection with a new timeout, until their descriptors ran out.
@@ -45,8 +50,8 @@ type servingKey struct{}
 
 // mayForward reports whether a request in ctx may be passed on.
 func mayForward(ctx context.Context) bool {
-	fwd, _ := ctx.Value(servingKey{}).(bool)
-	return !fwd
+	hops, _ := ctx.Value(servingKey{}).(int)
+	return hops < maxHops
 }
 
 type controlResponse struct {
@@ -165,7 +170,7 @@ func (n *Node) serveControl(c net.Conn) {
 		json.NewEncoder(c).Encode(encodeResult(control.Result{Err: ErrNoLeader}))
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), servingKey{}, req.Forwarded), controlTimeout-time.Second)
+	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), servingKey{}, req.Hops), controlTimeout-time.Second)
 	defer cancel()
 	if req.Live != "" {
 		idx, member, err := n.askLive(ctx, req.Live) // answered here when leading, else forwarded
@@ -190,7 +195,7 @@ func (n *Node) serveControl(c net.Conn) {
 
 // propose applies cmd through the leader: here when this node leads,
 // else forwarded. It waits out an election up to ctx's end, unless it
-// serves a forwarded request: then the node that asked retries.
+// serves a request that made its hops: then the node that asked retries.
 func (n *Node) propose(ctx context.Context, cmd control.Command) control.Result {
 	for {
 		r, err := n.proposeOnce(ctx, cmd)
@@ -244,7 +249,7 @@ func (n *Node) proposeOnce(ctx context.Context, cmd control.Command) (control.Re
 }
 
 // leaderward lists where a follower sends a request that only the leader
-// answers, made for node id: nowhere when the request came forwarded
+// answers, made for node id: nowhere when the request made its hops
 // (mayForward), else the leader it knows of, then, when id is this node
 // itself, each configured peer (a joiner that is not in raft's
 // configuration yet hears of no leader, and a peer forwards to its own).
@@ -296,7 +301,9 @@ func (n *Node) request(ctx context.Context, addr string, req controlRequest) (co
 	}
 	defer c.Close()
 	c.SetDeadline(deadline(ctx))
-	_, req.Forwarded = ctx.Value(servingKey{}).(bool) // passed on for another node
+	if hops, serving := ctx.Value(servingKey{}).(int); serving {
+		req.Hops = hops + 1 // passed on for another node
+	}
 	if err := json.NewEncoder(c).Encode(req); err != nil {
 		return controlResponse{}, err
 	}
