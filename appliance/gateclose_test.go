@@ -280,7 +280,10 @@ func TestMarkerAfterCloseIsRefused(t *testing.T) {
 // start and passes every record, while replayHeld's wait for the install
 // (Wait at 0) lasts until the test releases it: publishes reach the
 // partition before its replay asks for the marker.
-type lateReplication struct{ release chan struct{} }
+type lateReplication struct {
+	heldGate // all but Wait
+	release  chan struct{}
+}
 
 func (r lateReplication) Attach(string, int, QueueConfig, *wal.Log) ReplicaGate { return r }
 
@@ -295,11 +298,6 @@ func (r lateReplication) Wait(stop <-chan struct{}, next uint64) error {
 		return errors.New("stopped")
 	}
 }
-func (lateReplication) Floor() uint64                 { return 0 }
-func (lateReplication) Writable() error               { return nil }
-func (lateReplication) AwaitWritable(<-chan struct{}) {}
-func (lateReplication) Detach()                       {}
-func (lateReplication) Status() string                { return "late" }
 
 // A partition reopened with records held for its gate, whose appends fill
 // the hand-off to the applier before the replay writes the marker those

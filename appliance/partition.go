@@ -39,14 +39,13 @@ type partition struct {
 	submitMu sync.Mutex
 	applyCh  chan pendingAppend
 	// marker is the record the records replayHeld holds wait for, once
-	// appended; markerDue says they wait for one, and markerSent is closed
-	// once it is handed to the applier (both set at open). The marker is
+	// appended; markerSent, made at open when they wait for one (nil
+	// else), is closed once it is handed to the applier. The marker is
 	// the first append once the partition is writable, made by whichever
 	// submit comes first: replayHeld runs on the applier, so a marker
 	// queued behind a full applyCh would never be sent, and a publisher
 	// blocked on the full channel holds submitMu.
 	marker     *wal.Completion
-	markerDue  bool
 	markerSent chan struct{}
 	// dur is the boundary appends complete at (a wal.Boundary): the
 	// queue's mode. Changed only with submitMu held (mode.go), so every
@@ -127,7 +126,7 @@ func openPartition(q *queue, idx int, log *wal.Log, rp *replayer, gate ReplicaGa
 	// publish retried across a failover is a duplicate of one of them.
 	p.held = p.heldIDs(rp.st.appliedNext, heldTo)
 	if gate != nil && rp.st.appliedNext < heldTo { // not shared yet
-		p.markerDue, p.markerSent = true, make(chan struct{})
+		p.markerSent = make(chan struct{})
 	}
 	p.wg.Add(2)
 	go func() {
@@ -216,6 +215,14 @@ func (p *partition) handOver(entries []wal.Entry, at *wal.Boundary, room *heldRo
 // a submit did: replayHeld runs on the applier, which must not wait for
 // submitMu (a submit may hold it while it waits for the applier).
 func (p *partition) appendMarker() (uint64, error) {
+	select {
+	case <-p.closing:
+		return 0, ErrClosed
+	default:
+	}
+	if p.markerSent == nil {
+		return 0, errors.New("no recovered records wait for a marker")
+	}
 	errc := make(chan error, 1)
 	p.wg.Add(1) // the applier, which calls this, is counted: Close waits
 	go func() {
@@ -229,10 +236,6 @@ func (p *partition) appendMarker() (uint64, error) {
 			errc <- ErrClosed
 			return
 		default:
-		}
-		if !p.markerDue {
-			errc <- errors.New("no recovered records wait for a marker")
-			return
 		}
 		if err := p.gate.Writable(); err != nil {
 			errc <- err
@@ -267,7 +270,7 @@ func (p *partition) appendMarker() (uint64, error) {
 // writable), so applyCh has room. submitMu is held, the partition is
 // writable and not closing.
 func (p *partition) appendMarkerLocked() {
-	if !p.markerDue || p.marker != nil {
+	if p.markerSent == nil || p.marker != nil {
 		return
 	}
 	entries := []wal.Entry{{Type: recMarker}}

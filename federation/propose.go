@@ -233,10 +233,11 @@ func (n *Node) proposeOnce(ctx context.Context, cmd control.Command) (control.Re
 		}
 		return f.Response().(control.Result), nil
 	}
-	_, addr := n.Leader()
-	if addr == "" || addr == n.ClusterAddr() || !mayForward(ctx) {
+	addrs := n.leaderward(ctx, "") // the leader only: a proposal is not fanned out
+	if len(addrs) == 0 {
 		return control.Result{}, ErrNoLeader
 	}
+	addr := addrs[0]
 	resp, err := n.request(ctx, addr, controlRequest{Command: &cmd})
 	if err != nil {
 		return control.Result{}, fmt.Errorf("%w: forward to %s: %w", ErrNoLeader, addr, err)

@@ -95,16 +95,18 @@ func (n *Node) liveKnown() bool { return n.liveSet.Load() }
 // It retries until a leader answers or the node closes, then wakes
 // whoever waits on Changed.
 func (n *Node) learnLive() {
+	stopped, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() { // Close does not wait out a request
+		select {
+		case <-n.stop:
+			stop()
+		case <-stopped.Done():
+		}
+	}()
 	backoff := n.opts.ElectionTimeout / 20
 	for failures := 1; ; failures++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 4*n.opts.ElectionTimeout)
-		go func() { // Close does not wait out a request
-			select {
-			case <-n.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
+		ctx, cancel := context.WithTimeout(stopped, 4*n.opts.ElectionTimeout)
 		idx, member, err := n.askLive(ctx, n.opts.ID)
 		cancel()
 		if err == nil {
@@ -126,7 +128,7 @@ func (n *Node) learnLive() {
 			n.log.Debug("asking the leader where this node's live commands begin", "err", err)
 		}
 		select {
-		case <-n.stop:
+		case <-stopped.Done():
 			return
 		case <-time.After(backoff):
 		}
