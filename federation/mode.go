@@ -52,7 +52,7 @@ func (c *Cluster) SetMode(ctx context.Context, name string, d appliance.Durabili
 		cfg, _, err := b.SetReplicatedMode(ctx, name, d) // unreplicated: the solo rules
 		return control.Queue{Config: cfg}, false, err
 	}
-	r := c.node.propose(ctx, control.Command{Op: control.OpSetMode,
+	r := c.node.proposeSeen(ctx, control.Command{Op: control.OpSetMode,
 		Mode: &control.SetMode{Queue: name, To: d, Since: time.Now().UnixNano()}})
 	if r.Err != nil {
 		return r.Queue, false, fmt.Errorf("change the mode of queue %s: %w", name, r.Err)
@@ -60,8 +60,7 @@ func (c *Cluster) SetMode(ctx context.Context, name string, d appliance.Durabili
 	c.kickModes()
 	wctx, cancel := context.WithTimeout(ctx, modeWait)
 	defer cancel()
-	// In effect here: this node's state may lag the leader's, which
-	// answered the proposal.
+	// In effect here: this node has applied the proposal (proposeSeen).
 	inEffect := func(q control.Queue) bool { return q.Config.Durability == d && q.ModeChange == nil }
 	_ = c.node.waitFor(wctx, func(s *control.State) bool {
 		q, ok := s.Queues[name]
@@ -72,9 +71,6 @@ func (c *Cluster) SetMode(ctx context.Context, name string, d appliance.Durabili
 	c.node.read(func(s *control.State) { q, ok = s.Queues[name] })
 	if !ok {
 		return control.Queue{}, false, fmt.Errorf("%w: %s", control.ErrUnknownQueue, name)
-	}
-	if !inEffect(q) && q.ModeChange == nil { // not applied here yet: pending, as the leader has it
-		q.ModeChange = &control.ModeChange{To: d}
 	}
 	return q, !inEffect(q), nil
 }

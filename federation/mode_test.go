@@ -307,3 +307,42 @@ func TestModeChangeUnderLoadThenWholeSiteCut(t *testing.T) {
 		})
 	}
 }
+
+// A node that forwards a proposal answers from its own state once it has
+// applied the proposal: a mode change asked through a follower right
+// after the leader committed the declaration finds the queue, and the
+// settings and deletes it forwards are what it reads next.
+func TestProposalsThroughAFollowerReadTheirWrites(t *testing.T) {
+	nodes := startNodes(t, 3, nodeOptions{})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	leaderID, _ := nodes["n1"].cluster.Node().Leader()
+	leader := nodes[leaderID]
+	follower := nodes.other(leader)
+	for i := range 20 {
+		name := fmt.Sprintf("q%02d", i)
+		if _, _, err := leader.cluster.DeclarePolicy(ctx, appliance.QueueConfig{Name: name, Partitions: 1}, "replica_durable:2"); err != nil {
+			t.Fatalf("declare %s through the leader: %v", name, err)
+		}
+		q, pending, err := follower.cluster.SetMode(ctx, name, appliance.Durable) // the mode it has
+		if err != nil {
+			t.Fatalf("SetMode of %s through %s right after its declaration: %v", name, follower.id, err)
+		}
+		if pending || q.Config.Durability != appliance.Durable {
+			t.Fatalf("SetMode of %s to the mode it has answered %s, pending %v", name, q.Config.Durability, pending)
+		}
+	}
+	if err := follower.cluster.Node().SetSettings(ctx, map[string]string{"default_policy": "replica_buffered:2"}); err != nil {
+		t.Fatalf("set the cluster default through %s: %v", follower.id, err)
+	}
+	if err := follower.cluster.Node().DeleteQueue(ctx, "q00"); err != nil {
+		t.Fatalf("delete q00 through %s: %v", follower.id, err)
+	}
+	st := follower.cluster.Node().State()
+	if _, ok := st.Queues["q00"]; ok {
+		t.Fatalf("%s still holds q00 after deleting it", follower.id)
+	}
+	if got := st.Settings["default_policy"]; got != "replica_buffered:2" {
+		t.Fatalf("%s reads default_policy %q after setting it", follower.id, got)
+	}
+}

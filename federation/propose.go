@@ -59,7 +59,7 @@ type controlResponse struct {
 	Error   string        `json:"error,omitempty"`
 	Queue   control.Queue `json:"queue,omitzero"`
 	Created bool          `json:"created,omitempty"`
-	Index   uint64        `json:"index,omitempty"`  // for Live: the leader's applied index
+	Index   uint64        `json:"index,omitempty"`  // the command's raft index; for Live: the leader's applied index
 	Member  bool          `json:"member,omitempty"` // for Live: the asker is a member
 }
 
@@ -88,7 +88,7 @@ func (e *remoteError) Error() string { return e.msg }
 func (e *remoteError) Unwrap() error { return e.sentinel }
 
 func encodeResult(r control.Result) controlResponse {
-	resp := controlResponse{Queue: r.Queue, Created: r.Created}
+	resp := controlResponse{Queue: r.Queue, Created: r.Created, Index: r.Index}
 	if r.Err != nil {
 		resp.Error, resp.Code = r.Err.Error(), "error"
 		// The most specific sentinel wins (a mode conflict is also a conflict).
@@ -104,7 +104,7 @@ func encodeResult(r control.Result) controlResponse {
 }
 
 func decodeResult(resp controlResponse) control.Result {
-	r := control.Result{Queue: resp.Queue, Created: resp.Created}
+	r := control.Result{Queue: resp.Queue, Created: resp.Created, Index: resp.Index}
 	if resp.Code != "" {
 		r.Err = &remoteError{sentinel: sentinels[resp.Code], msg: resp.Error}
 	}
@@ -216,6 +216,20 @@ func (n *Node) propose(ctx context.Context, cmd control.Command) control.Result 
 		case <-time.After(n.opts.ElectionTimeout / 10):
 		}
 	}
+}
+
+// proposeSeen is propose for a caller that reads this node's state next
+// (read your writes): it also waits, within ctx, until this node has
+// applied the command, whose outcome the leader answered with.
+func (n *Node) proposeSeen(ctx context.Context, cmd control.Command) control.Result {
+	r := n.propose(ctx, cmd)
+	if r.Index == 0 { // not applied anywhere: nothing to wait for
+		return r
+	}
+	if err := n.waitFor(ctx, func(s *control.State) bool { return s.Applied >= r.Index }); err != nil && r.Err == nil {
+		r.Err = err
+	}
+	return r
 }
 
 // proposeOnce returns an error only for failures worth retrying at the
@@ -387,16 +401,8 @@ func (n *Node) Declare(ctx context.Context, c appliance.QueueConfig, policy stri
 		n.log.Warn(warning, "queue", c.Name)
 		cmd.Warnings = []string{warning}
 	}
-	r := n.propose(ctx, cmd)
-	if r.Err != nil {
-		return r.Queue, r.Created, r.Err
-	}
-	// Read your writes: return once this node's own view has the queue.
-	err = n.waitFor(ctx, func(s *control.State) bool {
-		_, ok := s.Assignments[c.Name]
-		return ok
-	})
-	return r.Queue, r.Created, err
+	r := n.proposeSeen(ctx, cmd)
+	return r.Queue, r.Created, r.Err
 }
 
 // membersWait bounds how long a declare waits for the members a new
@@ -444,12 +450,12 @@ func (n *Node) waitFor(ctx context.Context, cond func(*control.State) bool) erro
 
 // DeleteQueue removes a queue's declaration and assignments.
 func (n *Node) DeleteQueue(ctx context.Context, name string) error {
-	return n.propose(ctx, control.Command{Op: control.OpDeleteQueue, ID: name}).Err
+	return n.proposeSeen(ctx, control.Command{Op: control.OpDeleteQueue, ID: name}).Err
 }
 
 // SetSettings changes cluster settings.
 func (n *Node) SetSettings(ctx context.Context, kv map[string]string) error {
-	return n.propose(ctx, control.Command{Op: control.OpSetSettings, Settings: kv}).Err
+	return n.proposeSeen(ctx, control.Command{Op: control.OpSetSettings, Settings: kv}).Err
 }
 
 // Join asks the cluster reachable at peer (a cluster address) to admit m.

@@ -50,6 +50,9 @@ type Result struct {
 	Err     error
 	Queue   Queue
 	Created bool
+	// Index is the raft log index the command was applied at: a node
+	// whose state has applied it sees the command's outcome.
+	Index uint64
 }
 
 // FSM is the raft state machine. raft calls Apply, Snapshot and Restore
@@ -101,6 +104,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 	} else {
 		r = f.state.apply(c)
 	}
+	r.Index = l.Index
 	f.mu.Unlock()
 	if f.onChange != nil {
 		f.onChange()
