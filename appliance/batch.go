@@ -8,12 +8,15 @@ import (
 )
 
 // Publish batching. Publishes to a partition gather in a pending batch that
-// one append carries. In window mode the first publisher to find no batch
-// in progress appends whatever is pending at once, and publishes arriving
-// meanwhile form the next batch (the log's own group write does the rest).
-// In gap mode, used by buffered queues by default, the batch ends once no
-// publish arrived for the gap, so a burst goes out as one append; a
-// publish that finds the partition quiet goes at once, as in window mode.
+// one append carries. The first publisher to find the partition idle
+// (nothing pending, nothing being appended) appends its publish at once,
+// on its own goroutine, and publishes arriving meanwhile form the next
+// batch, which it appends next (leader-based group commit): no timer is on
+// the path of a publish that finds the partition idle. In window mode the
+// next batch goes as soon as the one before is appended. In gap mode, used
+// by buffered queues by default, a batch that gathered behind another
+// goes once no publish arrived for the gap, so a burst goes out in fewer,
+// larger appends.
 
 // Limits of publish batching. One append carries at most maxPublishBatch
 // publishes and maxBatchBytes of them (or a segment's fourth, if less), so
@@ -65,13 +68,11 @@ func (p *partition) publish(typ byte, rec []byte, room reservation, done func(wa
 	}
 	p.batch.pending = append(p.batch.pending, pubReq{typ: typ, rec: rec, room: room, done: done})
 	p.batch.pendingSize += int64(len(rec))
-	now := time.Now()
-	// A publish that finds the partition quiet (nothing pending, nothing
-	// being appended, none arrived within the gap) is no burst's start
-	// the gap would gather: it goes at once, so a lone publisher waits
-	// for no gap at all, and a burst's later publishes still gather.
-	alone := len(p.batch.pending) == 1 && !p.batch.flushing && now.Sub(p.batch.lastArrival) > gap
-	p.batch.lastArrival = now
+	// A publish that finds the partition idle goes at once, so a lone
+	// publisher waits for no gap at all; a burst's later publishes
+	// gather behind it.
+	alone := len(p.batch.pending) == 1 && !p.batch.flushing && p.batch.flushTimer == nil
+	p.batch.lastArrival = time.Now()
 	full := len(p.batch.pending) >= maxPublishBatch || p.batch.pendingSize >= p.batchBytes()
 	switch {
 	case gap <= 0 || full || alone:
@@ -160,10 +161,14 @@ func (p *partition) flushBatches() { p.flushFrom(false) }
 // wait is over; the next batch is submitted as it is (a partition fenced
 // meanwhile fails it).
 func (p *partition) flushFrom(waited bool) {
-	for {
+	for later := false; ; later = true {
 		wait := !waited && p.gate != nil && p.gate.Writable() != nil
 		waited = false
 		p.batch.mu.Lock()
+		if later && p.gatherLocked() {
+			p.batch.mu.Unlock()
+			return
+		}
 		if wait && !p.batch.closed {
 			p.wg.Add(1) // before close's Wait: closeBatches sets closed under batch.mu first
 			p.batch.mu.Unlock()
@@ -192,12 +197,31 @@ func (p *partition) flushFrom(waited bool) {
 			held = &heldRoom{reservation: room}
 		}
 		at := new(wal.Boundary)
-		p.submitHolding(entries, held, at, func(res wal.AppendResult, err error) {
+		p.submitAs(entries, held, at, true, func(res wal.AppendResult, err error) {
 			for i, r := range batch {
 				r.done(wal.AppendResult{First: res.First + uint64(i), Next: res.First + uint64(i) + 1}, *at, err)
 			}
 		})
 	}
+}
+
+// gatherLocked, in gap mode, hands a batch that gathered while the one
+// before was appended to the gap timer while publishes still arrive within
+// the gap and it has room: the flush ends, and gapElapsed goes on with it.
+// Called with batch.mu held by the flusher.
+func (p *partition) gatherLocked() bool {
+	gap := p.q.b.publishGap(p.q.cfg().Durability)
+	if gap <= 0 || len(p.batch.pending) == 0 || p.batch.closed || len(p.batch.pending) >= maxPublishBatch ||
+		p.batch.pendingSize >= p.batchBytes() {
+		return false
+	}
+	rest := gap - time.Since(p.batch.lastArrival)
+	if rest <= 0 {
+		return false
+	}
+	p.batch.flushing = false
+	p.batch.flushTimer = afterGap(rest, p.gapElapsed)
+	return true
 }
 
 // closeBatches refuses further publishes and fails what is pending.

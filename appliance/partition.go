@@ -47,6 +47,12 @@ type partition struct {
 	// blocked on the full channel holds submitMu.
 	marker     *wal.Completion
 	markerSent chan struct{}
+	// applying is held by whoever applies appends: the applier goroutine
+	// for each one it takes (and for the held replay), or a publish batch
+	// applied on its submitter's goroutine (handOver). inflight counts the
+	// appends handed over and not applied yet; it rises under submitMu.
+	applying sync.Mutex
+	inflight atomic.Int64
 	// dur is the boundary appends complete at (a wal.Boundary): the
 	// queue's mode. Changed only with submitMu held (mode.go), so every
 	// append takes the boundary in effect when it was handed over.
@@ -130,7 +136,9 @@ func openPartition(q *queue, idx int, log *wal.Log, rp *replayer, gate ReplicaGa
 	}
 	p.wg.Add(2)
 	go func() {
+		p.applying.Lock()
 		p.replayHeld(heldTo)
+		p.applying.Unlock()
 		p.runApplier()
 	}()
 	go p.runDispatcher()
@@ -170,17 +178,38 @@ func (p *partition) submit(entries []wal.Entry, done func(wal.AppendResult, erro
 // back before done runs. at, when set, receives the boundary the append
 // completes at before done can run (a publish's confirm names it).
 func (p *partition) submitHolding(entries []wal.Entry, room *heldRoom, at *wal.Boundary, done func(wal.AppendResult, error)) {
-	if err := p.handOver(entries, at, room, done); err != nil {
+	p.submitAs(entries, room, at, false, done)
+}
+
+// submitAs is submitHolding; mayApply lets the submitter apply the append
+// itself (handOver), for a caller that holds no lock: the publish batch.
+func (p *partition) submitAs(entries []wal.Entry, room *heldRoom, at *wal.Boundary, mayApply bool,
+	done func(wal.AppendResult, error)) {
+	pa := pendingAppend{entries: entries, room: room, done: done}
+	own, err := p.handOver(&pa, at, mayApply)
+	switch {
+	case err != nil:
 		p.unhold(room) // after submitMu: mu is never taken with it held
 		if done != nil {
 			done(wal.AppendResult{}, err)
 		}
+	case own:
+		p.applyOne(pa)
+		p.applying.Unlock()
+		p.inflight.Add(-1)
+		p.wg.Done()
 	}
 }
 
-// handOver appends entries and hands them to the applier, in offset
-// order, under submitMu; an error says nothing was handed over.
-func (p *partition) handOver(entries []wal.Entry, at *wal.Boundary, room *heldRoom, done func(wal.AppendResult, error)) error {
+// handOver appends pa's entries and hands them to the applier, in offset
+// order, under submitMu; an error says nothing was handed over. When
+// mayApply is set and the append completed at once (a buffered append
+// the log wrote on this goroutine) with nothing else waiting to be
+// applied, on a solo partition, it hands them to no one: it returns own,
+// holding applying, and the caller applies them (applyOne) on its own
+// goroutine, so a lone publish crosses no goroutine before its confirm.
+// Appends handed over later wait for applying.
+func (p *partition) handOver(pa *pendingAppend, at *wal.Boundary, mayApply bool) (own bool, err error) {
 	p.submitMu.Lock()
 	defer p.submitMu.Unlock()
 	dur := p.boundary()
@@ -189,24 +218,41 @@ func (p *partition) handOver(entries []wal.Entry, at *wal.Boundary, room *heldRo
 	}
 	select {
 	case <-p.closing:
-		return ErrClosed
+		return false, ErrClosed
 	default:
 	}
 	if p.gate != nil {
 		if err := p.gate.Writable(); err != nil {
-			return err
+			return false, err
 		}
 		p.appendMarkerLocked()
 	}
-	c := p.log.AppendAsync(entries, dur)
+	pa.c = p.log.AppendAsync(pa.entries, dur)
+	if mayApply && p.gate == nil && p.inflight.Load() == 0 && completed(pa.c) && p.applying.TryLock() {
+		p.inflight.Add(1)
+		p.wg.Add(1) // under submitMu, before close's Wait
+		return true, nil
+	}
+	p.inflight.Add(1)
 	select {
-	case p.applyCh <- pendingAppend{c: c, entries: entries, room: room, done: done}:
-		return nil
+	case p.applyCh <- *pa:
+		return false, nil
 	case <-p.closing:
 		// The applier may be held at the replica gate with the channel
 		// full; closing ends that wait. What this append wrote is applied
 		// when the log is replayed at the next open.
-		return ErrClosed
+		p.inflight.Add(-1)
+		return false, ErrClosed
+	}
+}
+
+// completed reports whether c's append is done.
+func completed(c *wal.Completion) bool {
+	select {
+	case <-c.Done():
+		return true
+	default:
+		return false
 	}
 }
 
@@ -275,6 +321,7 @@ func (p *partition) appendMarkerLocked() {
 	}
 	entries := []wal.Entry{{Type: recMarker}}
 	p.marker = p.log.AppendAsync(entries, p.boundary())
+	p.inflight.Add(1)
 	p.applyCh <- pendingAppend{c: p.marker, entries: entries}
 	close(p.markerSent)
 }
@@ -414,38 +461,48 @@ func (p *partition) replayHeld(to uint64) {
 func (p *partition) runApplier() {
 	defer p.wg.Done()
 	for pa := range p.applyCh {
-		<-pa.c.Done()
-		res, err := pa.c.Result()
-		switch {
-		case err == nil && p.gate != nil:
-			if err = p.gate.Wait(p.closing, res.Next); err != nil {
-				err = fmt.Errorf("%w: queue %s partition %d: not enough copies: %w", ErrUnavailable, p.q.cfg().Name, p.idx, err)
-				break
-			}
-			err = p.apply(res.First, pa.entries, pa.room)
-		case err == nil:
-			err = p.apply(res.First, pa.entries, pa.room)
-		case errors.Is(err, wal.ErrNoSpace) && p.gate == nil && settlesOnly(pa.entries):
-			// A full disk must not keep a consumer's decision from taking
-			// effect, or no checkpoint could pass the message and no space
-			// would ever be freed (reserve.go): the settle applies in
-			// memory, the next checkpoint records it, and a crash before
-			// that redelivers the message (at least once).
-			err = p.applyUnlogged(pa.entries, pa.room)
-		case errors.Is(err, wal.ErrNoSpace): // nothing written, the log stays healthy
-			if len(pa.entries) > 0 && isPublish(pa.entries[0].Type) {
-				p.q.counters.rejectedDisk.Add(1)
-			}
-			err = fmt.Errorf("%w: queue %s partition %d: %w", ErrDiskFull, p.q.cfg().Name, p.idx, err)
-		case errors.Is(err, wal.ErrTooLarge): // past what a segment holds; nothing written
-			err = fmt.Errorf("%w: queue %s partition %d: %w", ErrTooLarge, p.q.cfg().Name, p.idx, err)
-		default:
-			err = fmt.Errorf("%w: queue %s partition %d: %w", ErrUnavailable, p.q.cfg().Name, p.idx, err)
+		p.applying.Lock()
+		p.applyOne(pa)
+		p.applying.Unlock()
+		p.inflight.Add(-1)
+	}
+}
+
+// applyOne applies one append handed over once it completed (and, on a
+// replicated partition, passed the gate), then runs its done. applying
+// is held.
+func (p *partition) applyOne(pa pendingAppend) {
+	<-pa.c.Done()
+	res, err := pa.c.Result()
+	switch {
+	case err == nil && p.gate != nil:
+		if err = p.gate.Wait(p.closing, res.Next); err != nil {
+			err = fmt.Errorf("%w: queue %s partition %d: not enough copies: %w", ErrUnavailable, p.q.cfg().Name, p.idx, err)
+			break
 		}
-		p.unhold(pa.room) // not applied: the room goes back
-		if pa.done != nil {
-			pa.done(res, err)
+		err = p.apply(res.First, pa.entries, pa.room)
+	case err == nil:
+		err = p.apply(res.First, pa.entries, pa.room)
+	case errors.Is(err, wal.ErrNoSpace) && p.gate == nil && settlesOnly(pa.entries):
+		// A full disk must not keep a consumer's decision from taking
+		// effect, or no checkpoint could pass the message and no space
+		// would ever be freed (reserve.go): the settle applies in
+		// memory, the next checkpoint records it, and a crash before
+		// that redelivers the message (at least once).
+		err = p.applyUnlogged(pa.entries, pa.room)
+	case errors.Is(err, wal.ErrNoSpace): // nothing written, the log stays healthy
+		if len(pa.entries) > 0 && isPublish(pa.entries[0].Type) {
+			p.q.counters.rejectedDisk.Add(1)
 		}
+		err = fmt.Errorf("%w: queue %s partition %d: %w", ErrDiskFull, p.q.cfg().Name, p.idx, err)
+	case errors.Is(err, wal.ErrTooLarge): // past what a segment holds; nothing written
+		err = fmt.Errorf("%w: queue %s partition %d: %w", ErrTooLarge, p.q.cfg().Name, p.idx, err)
+	default:
+		err = fmt.Errorf("%w: queue %s partition %d: %w", ErrUnavailable, p.q.cfg().Name, p.idx, err)
+	}
+	p.unhold(pa.room) // not applied: the room goes back
+	if pa.done != nil {
+		pa.done(res, err)
 	}
 }
 

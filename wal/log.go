@@ -67,13 +67,19 @@ type Log struct {
 	holes []Hole       // quarantined ranges, sorted
 	head  uint64
 
+	w        *writer
 	appendCh chan *Completion // unbuffered: a send means the writer took it
+	queued   atomic.Int64     // appends being sent on appendCh and not taken yet
 	ctlCh    chan control
 	syncReq  chan syncJob
-	syncDone chan syncResult
-	closing  chan struct{} // closed when Close starts
-	done     chan struct{} // closed when the writer has stopped
-	latched  chan struct{} // closed when the log latches
+	syncDone chan syncResult // the sync in flight's result, taken with w.mu held
+	syncNote chan struct{}   // wakes the writer goroutine for a result
+	// writerKick wakes the writer goroutine after a direct write made
+	// the byte bound hold appends, so it stops taking them.
+	writerKick chan struct{}
+	closing    chan struct{} // closed when Close starts
+	done       chan struct{} // closed when the writer has stopped
+	latched    chan struct{} // closed when the log latches
 
 	statusMu sync.Mutex // guards status
 	status   Status
@@ -145,13 +151,29 @@ func (l *Log) appendAsync(ctx context.Context, entries []Entry, d Boundary) *Com
 		return failedCompletion(err)
 	}
 	c := &Completion{entries: entries, dur: d, size: size, done: make(chan struct{})}
+	if err := l.hand(ctx, c); err != nil {
+		return failedCompletion(err)
+	}
+	return c
+}
+
+// hand gives c to the writer: written on this goroutine when the writer
+// is idle, else sent to the writer goroutine, which has taken it when
+// hand returns.
+func (l *Log) hand(ctx context.Context, c *Completion) error {
+	if l.w.writeDirect(c) {
+		return nil
+	}
+	l.queued.Add(1)
 	select {
 	case l.appendCh <- c:
-		return c
+		return nil
 	case <-l.closing:
-		return failedCompletion(ErrClosed)
+		l.queued.Add(-1)
+		return ErrClosed
 	case <-ctx.Done():
-		return failedCompletion(ctx.Err())
+		l.queued.Add(-1)
+		return ctx.Err()
 	}
 }
 
@@ -209,12 +231,8 @@ func (l *Log) WaitDurable(ctx context.Context, atLeast uint64) (uint64, error) {
 // fsync pipeline with AfterFsync appends.
 func (l *Log) Sync(ctx context.Context) error {
 	c := &Completion{syncReq: true, dur: AfterFsync, done: make(chan struct{})}
-	select {
-	case l.appendCh <- c:
-	case <-l.closing:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := l.hand(ctx, c); err != nil {
+		return err
 	}
 	_, err := c.Wait(ctx)
 	return err

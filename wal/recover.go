@@ -74,13 +74,15 @@ func Open(dir string, opts Options) (*Log, error) {
 	}
 	l := &Log{
 		dir: dir, opts: opts, fs: fs, lock: lock, dirFile: dirSyncer{fs, dir},
-		appendCh: make(chan *Completion),
-		ctlCh:    make(chan control),
-		syncReq:  make(chan syncJob, 1),
-		syncDone: make(chan syncResult, 1),
-		closing:  make(chan struct{}),
-		done:     make(chan struct{}),
-		latched:  make(chan struct{}),
+		appendCh:   make(chan *Completion),
+		ctlCh:      make(chan control),
+		syncReq:    make(chan syncJob, 1),
+		syncDone:   make(chan syncResult, 1),
+		syncNote:   make(chan struct{}, 1),
+		writerKick: make(chan struct{}, 1),
+		closing:    make(chan struct{}),
+		done:       make(chan struct{}),
+		latched:    make(chan struct{}),
 
 		scrubDone: make(chan struct{}),
 	}
@@ -112,6 +114,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	w.setActive(active, pos)
 	w.st.LastSync = time.Now() // recovery synced everything it kept
 	w.publishStatus()
+	l.w = w
 	go l.runSyncer()
 	go w.run()
 	if opts.ScrubBytesPerSecond > 0 {

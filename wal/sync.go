@@ -142,6 +142,17 @@ func (w *writer) waitSync() {
 	}
 }
 
+// takeSyncResult applies the result of the sync in flight if the syncer
+// delivered it. The result is taken only with mu held, so waitSync, also
+// under mu, never waits for a result taken by someone else.
+func (w *writer) takeSyncResult() {
+	select {
+	case r := <-w.l.syncDone:
+		w.syncFinished(r, true)
+	default: // waitSync took it
+	}
+}
+
 // syncInline syncs the active segment (and the directory if owed) on the
 // writer goroutine: used by rollover, seal and close, never by appends.
 func (w *writer) syncInline() {
@@ -178,6 +189,10 @@ func (l *Log) runSyncer() {
 			}
 		}
 		l.syncDone <- syncResult{job: job, err: err, took: time.Since(start)}
+		select {
+		case l.syncNote <- struct{}{}:
+		default: // a note is pending already
+		}
 	}
 }
 

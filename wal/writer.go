@@ -3,6 +3,7 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -30,11 +31,17 @@ type control struct {
 	reply     chan error
 }
 
-// writer owns the active segment and the whole write path. Only the writer
-// goroutine touches its fields.
+// writer owns the active segment and the whole write path. mu guards its
+// fields: the writer goroutine holds it for each event it handles, and an
+// appender that finds the writer idle holds it to write its own append
+// (writeDirect).
 type writer struct {
+	mu   sync.Mutex
 	l    *Log
 	opts Options
+	// stopped is set when the writer goroutine has shut the log down:
+	// nothing is written after it.
+	stopped bool
 
 	active       *segment
 	pos          int64  // write position in the active segment
@@ -67,22 +74,35 @@ type writer struct {
 	st       Status        // counters and times, published to Log.status after each event
 }
 
+// run handles the writer's events one at a time, each with mu held: the
+// appends sent to it (the appenders that found it busy), sync results,
+// the background timer and control requests. It holds mu except while it
+// waits for the next event.
 func (w *writer) run() {
 	defer close(w.l.done)
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	for {
 		in := w.l.appendCh
 		if w.holdAppends() {
 			in = nil
 		}
+		w.mu.Unlock()
 		select {
 		case c := <-in:
+			w.mu.Lock()
 			w.handleAppends(c)
-		case r := <-w.l.syncDone:
-			w.syncFinished(r, true)
+		case <-w.l.syncNote:
+			w.mu.Lock()
+			w.takeSyncResult()
 		case <-w.timer.C:
+			w.mu.Lock()
 			w.timerArmed = false
 			w.backgroundTick()
+		case <-w.l.writerKick:
+			w.mu.Lock() // to look at the byte bound again
 		case m := <-w.l.ctlCh:
+			w.mu.Lock()
 			if m.kind == ctlClose || m.kind == ctlCrash {
 				m.reply <- w.shutdown(m.kind == ctlClose)
 				return
@@ -91,6 +111,37 @@ func (w *writer) run() {
 		}
 		w.signal()
 	}
+}
+
+// writeDirect writes c on the appender's own goroutine when the writer is
+// idle: no other append waits to be written, no sync bound holds appends,
+// and c fits the active segment. It reports whether it did; if not, the
+// appender hands c to the writer goroutine. A lone append so costs no
+// hand-off between goroutines, and appends that find the writer busy
+// gather into its next group write.
+func (w *writer) writeDirect(c *Completion) bool {
+	if !w.mu.TryLock() {
+		return false
+	}
+	defer w.mu.Unlock()
+	// queued counts appends sent to the writer goroutine and not taken
+	// yet: one of them may be an earlier append of this very caller,
+	// which must keep its lower offsets.
+	if w.stopped || w.l.queued.Load() != 0 || w.holdAppends() ||
+		(!c.syncReq && !w.latched && w.pos+int64(len(w.buf))+int64(c.size) > w.opts.SegmentSize) {
+		return false // the writer goroutine rolls the segment: a roll waits for syncs
+	}
+	w.take(c)
+	w.flush()
+	w.afterWrite()
+	if w.holdAppends() { // the writer goroutine stops taking appends
+		select {
+		case w.l.writerKick <- struct{}{}:
+		default:
+		}
+	}
+	w.signal()
+	return true
 }
 
 // holdAppends applies the byte bound: past twice the threshold, appends wait
@@ -111,12 +162,14 @@ func (w *writer) holdAppends() bool {
 // handleAppends gathers every append already waiting, encodes them into one
 // buffer and writes it with one write() per segment.
 func (w *writer) handleAppends(first *Completion) {
+	w.l.queued.Add(-1)
 	batch := append(w.batch[:0], first)
 	bytes := first.size
 gather:
 	for bytes < maxGroupBytes {
 		select {
 		case c := <-w.l.appendCh:
+			w.l.queued.Add(-1)
 			batch = append(batch, c)
 			bytes += c.size
 		default:
@@ -124,32 +177,39 @@ gather:
 		}
 	}
 	for _, c := range batch {
-		if w.latched {
-			w.complete(c, w.latchErr)
-			continue
-		}
-		if c.syncReq {
-			c.res = AppendResult{First: w.next, Next: w.next}
-			w.group = append(w.group, c)
-			continue
-		}
-		if w.pos+int64(len(w.buf))+int64(c.size) > w.opts.SegmentSize {
-			w.flush()
-			if err := w.roll(); err != nil {
-				w.complete(c, err)
-				continue
-			}
-		}
-		if err := w.reserve(w.pos + int64(len(w.buf)) + int64(c.size)); err != nil {
-			w.complete(c, err)
-			continue
-		}
-		w.encode(c)
+		w.take(c)
 	}
 	clear(batch)
 	w.batch = batch[:0]
 	w.flush()
 	w.afterWrite()
+}
+
+// take encodes c into the staging buffer (a sync request joins the group
+// as it is), rolling the segment first when c does not fit, or completes
+// it with the error that stops it.
+func (w *writer) take(c *Completion) {
+	if w.latched {
+		w.complete(c, w.latchErr)
+		return
+	}
+	if c.syncReq {
+		c.res = AppendResult{First: w.next, Next: w.next}
+		w.group = append(w.group, c)
+		return
+	}
+	if w.pos+int64(len(w.buf))+int64(c.size) > w.opts.SegmentSize {
+		w.flush()
+		if err := w.roll(); err != nil {
+			w.complete(c, err)
+			return
+		}
+	}
+	if err := w.reserve(w.pos + int64(len(w.buf)) + int64(c.size)); err != nil {
+		w.complete(c, err)
+		return
+	}
+	w.encode(c)
 }
 
 func (w *writer) encode(c *Completion) {
@@ -370,9 +430,10 @@ func (w *writer) handleControl(m control) error {
 
 // shutdown syncs everything written (unless a crash is being simulated)
 // and stops the syncer.
-func (w *writer) shutdown(sync bool) error {
+func (w *writer) shutdown(syncFirst bool) error {
 	var err error
-	if sync {
+	w.stopped = true
+	if syncFirst {
 		w.syncInline()
 	}
 	w.waitSync()
