@@ -14,9 +14,11 @@ type Settings struct {
 	// operating system (no bound on how long a confirmed buffered message
 	// stays unsynced). Default 100.
 	BackgroundSyncIntervalMs int `json:"storage.background_sync_interval_ms"`
-	// BufferedCoalesce is how buffered queues end a publish batch: "gap"
-	// (after a quiet gap, the default) or "window" (append what is pending
-	// at once). Durable queues always use the window.
+	// BufferedCoalesce is how buffered queues end a publish batch that
+	// gathered while the one before was appended: "gap" (after a quiet
+	// gap, the default) or "window" (at once). A publish that finds its
+	// partition idle goes at once in both. Durable queues always use the
+	// window.
 	BufferedCoalesce string `json:"publish.buffered_coalesce"`
 	// BufferedGapUs is the quiet gap in microseconds. Default 100.
 	BufferedGapUs int `json:"publish.buffered_gap_us"`
