@@ -150,7 +150,7 @@ func (p *partition) takeBatchLocked() []pubReq {
 }
 
 // flushBatches appends pending batches until none is left.
-func (p *partition) flushBatches() { p.flushFrom(false) }
+func (p *partition) flushBatches() { p.flushFrom(false, false) }
 
 // flushFrom is flushBatches. While the partition may not write (a
 // cluster's owner that waits for the cluster to install it: every
@@ -159,9 +159,9 @@ func (p *partition) flushBatches() { p.flushFrom(false) }
 // started it is not held, and later publishes gather up to the pending
 // bound, which then holds back the connections sending them. waited: that
 // wait is over; the next batch is submitted as it is (a partition fenced
-// meanwhile fails it).
-func (p *partition) flushFrom(waited bool) {
-	for later := false; ; later = true {
+// meanwhile fails it). later: a batch was appended before this one.
+func (p *partition) flushFrom(waited, later bool) {
+	for ; ; later = true {
 		wait := !waited && p.gate != nil && p.gate.Writable() != nil
 		waited = false
 		p.batch.mu.Lock()
@@ -175,7 +175,7 @@ func (p *partition) flushFrom(waited bool) {
 			go func() {
 				defer p.wg.Done()
 				p.gate.AwaitWritable(p.closing)
-				p.flushFrom(true)
+				p.flushFrom(true, later)
 			}()
 			return
 		}
@@ -186,23 +186,58 @@ func (p *partition) flushFrom(waited bool) {
 			return
 		}
 		p.batch.mu.Unlock()
-		entries := make([]wal.Entry, len(batch))
-		var room reservation
-		for i, r := range batch {
-			entries[i] = wal.Entry{Type: r.typ, Payload: r.rec}
-			room = room.plus(r.room)
+		if p.appendBatch(batch) {
+			return
 		}
-		var held *heldRoom
-		if room != (reservation{}) {
-			held = &heldRoom{reservation: room}
-		}
-		at := new(wal.Boundary)
-		p.submitAs(entries, held, at, true, func(res wal.AppendResult, err error) {
-			for i, r := range batch {
-				r.done(wal.AppendResult{First: res.First + uint64(i), Next: res.First + uint64(i) + 1}, *at, err)
-			}
-		})
 	}
+}
+
+// appendBatch appends one batch of publishes for the flusher. When the
+// append completed at once with nothing else waiting to be applied
+// (handOver's own), the flusher applies it and runs its publishers'
+// callbacks on its own goroutine, but as a flusher no more: it hands the
+// role on first (to a goroutine of its own when more publishes wait), so
+// a callback that publishes to the partition again never waits for
+// itself. It reports whether the flusher's role ended.
+func (p *partition) appendBatch(batch []pubReq) (ended bool) {
+	entries := make([]wal.Entry, len(batch))
+	var room reservation
+	for i, r := range batch {
+		entries[i] = wal.Entry{Type: r.typ, Payload: r.rec}
+		room = room.plus(r.room)
+	}
+	var held *heldRoom
+	if room != (reservation{}) {
+		held = &heldRoom{reservation: room}
+	}
+	at := new(wal.Boundary)
+	pa := pendingAppend{entries: entries, room: held, done: func(res wal.AppendResult, err error) {
+		for i, r := range batch {
+			r.done(wal.AppendResult{First: res.First + uint64(i), Next: res.First + uint64(i) + 1}, *at, err)
+		}
+	}}
+	own, err := p.handOver(&pa, at, true)
+	if err != nil {
+		p.failHandOver(pa, err)
+		return false
+	}
+	if !own {
+		return false
+	}
+	p.batch.mu.Lock()
+	more := len(p.batch.pending) > 0 && !p.batch.closed
+	if more {
+		p.wg.Add(1) // before close's Wait: closeBatches sets closed under batch.mu first
+		go func() {
+			defer p.wg.Done()
+			p.flushFrom(false, true)
+		}()
+	} else {
+		p.batch.flushing = false
+	}
+	p.batch.mu.Unlock()
+	p.applyOwn(pa)
+	return true
 }
 
 // gatherLocked, in gap mode, hands a batch that gathered while the one

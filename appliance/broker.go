@@ -383,7 +383,11 @@ func (b *Broker) queue(name string) (*queue, error) {
 }
 
 // PublishAsync publishes m and calls done once it is confirmed at the
-// queue's durability (or failed). done runs on a broker goroutine.
+// queue's durability (or failed). done runs on the goroutine that applies
+// the partition's appends: a broker goroutine, or, for a publish written
+// and applied at once, the caller's own before PublishAsync returns,
+// together with the callbacks of the publishes batched with it. It must
+// not block: the partition applies nothing else while it runs.
 func (b *Broker) PublishAsync(queueName string, m Message, done func(Confirm, error)) {
 	q, err := b.queue(queueName)
 	if err != nil {

@@ -134,11 +134,22 @@ func openPartition(q *queue, idx int, log *wal.Log, rp *replayer, gate ReplicaGa
 	if gate != nil && rp.st.appliedNext < heldTo { // not shared yet
 		p.markerSent = make(chan struct{})
 	}
+	// The held records are applied first: applying is taken before any
+	// publish can find it free and apply a later append on its own
+	// goroutine (handOver), and only when there are some, so that a
+	// partition with none is free to do so at once.
+	replay := rp.st.appliedNext < heldTo
+	if replay {
+		p.applying.Lock()
+	}
 	p.wg.Add(2)
 	go func() {
-		p.applying.Lock()
-		p.replayHeld(heldTo)
-		p.applying.Unlock()
+		if replay {
+			p.replayHeld(heldTo)
+			p.applying.Unlock()
+		} else {
+			p.held.fail()
+		}
 		p.runApplier()
 	}()
 	go p.runDispatcher()
@@ -176,29 +187,32 @@ func (p *partition) submit(entries []wal.Entry, done func(wal.AppendResult, erro
 // submitHolding is submit for records that hold room in the queue's
 // limits: the apply takes the room over, and a failed append gives it
 // back before done runs. at, when set, receives the boundary the append
-// completes at before done can run (a publish's confirm names it).
+// completes at before done can run.
 func (p *partition) submitHolding(entries []wal.Entry, room *heldRoom, at *wal.Boundary, done func(wal.AppendResult, error)) {
-	p.submitAs(entries, room, at, false, done)
+	pa := pendingAppend{entries: entries, room: room, done: done}
+	if _, err := p.handOver(&pa, at, false); err != nil {
+		p.failHandOver(pa, err)
+	}
 }
 
-// submitAs is submitHolding; mayApply lets the submitter apply the append
-// itself (handOver), for a caller that holds no lock: the publish batch.
-func (p *partition) submitAs(entries []wal.Entry, room *heldRoom, at *wal.Boundary, mayApply bool,
-	done func(wal.AppendResult, error)) {
-	pa := pendingAppend{entries: entries, room: room, done: done}
-	own, err := p.handOver(&pa, at, mayApply)
-	switch {
-	case err != nil:
-		p.unhold(room) // after submitMu: mu is never taken with it held
-		if done != nil {
-			done(wal.AppendResult{}, err)
-		}
-	case own:
-		p.applyOne(pa)
+// failHandOver ends an append handOver refused: its room goes back and
+// its done hears why.
+func (p *partition) failHandOver(pa pendingAppend, err error) {
+	p.unhold(pa.room) // after submitMu: mu is never taken with it held
+	if pa.done != nil {
+		pa.done(wal.AppendResult{}, err)
+	}
+}
+
+// applyOwn applies an append handOver left to its caller (own), then lets
+// the appends handed over after it apply.
+func (p *partition) applyOwn(pa pendingAppend) {
+	defer func() {
 		p.applying.Unlock()
 		p.inflight.Add(-1)
 		p.wg.Done()
-	}
+	}()
+	p.applyOne(pa)
 }
 
 // handOver appends pa's entries and hands them to the applier, in offset
