@@ -177,6 +177,9 @@ func (b *Broker) changeMode(ctx context.Context, q *queue, d Durability) (QueueC
 			ms.SwitchMode(d)
 		}
 		p.dur.Store(uint32(appendBoundary(d)))
+		if d == Buffered {
+			p.syncSettles() // buffered appends are applied after them
+		}
 	}
 	q.config.Store(&next)
 	return next, nil

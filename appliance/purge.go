@@ -51,6 +51,9 @@ func (b *Broker) Purge(ctx context.Context, name string) (int64, error) {
 			})
 		}
 	}
+	for _, p := range q.parts {
+		p.syncSettles() // the purge answers once its discards are applied
+	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {

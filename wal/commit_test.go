@@ -3,6 +3,7 @@ package wal
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -565,5 +566,89 @@ func TestStatusSyncFields(t *testing.T) {
 	}
 	if st.BackgroundSyncs != 0 {
 		t.Fatalf("%d background syncs with background sync off", st.BackgroundSyncs)
+	}
+}
+
+// An AfterNextFsync append waits for the durable frontier like AfterFsync
+// but starts no sync: the next AfterFsync append's sync, SyncSoon or the
+// background timer covers it, and with no background interval it syncs
+// at once.
+func TestAfterNextFsyncSharesTheNextSync(t *testing.T) {
+	notDone := func(t *testing.T, c *Completion, what string) {
+		t.Helper()
+		select {
+		case <-c.Done():
+			res, err := c.Result()
+			t.Fatalf("%s: completed (%+v, %v) with no sync asked for", what, res, err)
+		default:
+		}
+	}
+
+	t.Run("the next sync covers it", func(t *testing.T) {
+		ctx := testCtx(t)
+		probe, fs := newSyncProbe(vfs.NewMem())
+		l := mustOpen(t, fs, "log", Options{BackgroundSyncInterval: time.Hour, SyncBytesThreshold: -1})
+		defer l.Close()
+		const rounds = 20
+		before := probe.Matched.Load()
+		var lazy *Completion
+		for i := 0; i < rounds; i++ {
+			if _, err := l.Append(ctx, entries(2*i, 1, 100), AfterFsync); err != nil {
+				t.Fatal(err)
+			}
+			if lazy != nil { // the sync just done covered the last round's
+				if res, err := lazy.Result(); !isDone(lazy) || err != nil || res.Next != uint64(2*i) {
+					t.Fatalf("round %d: the after-next-fsync append before it: done %v, %+v, %v", i, isDone(lazy), res, err)
+				}
+			}
+			lazy = l.AppendAsync(entries(2*i+1, 1, 100), AfterNextFsync)
+			if _, err := l.WaitWritten(ctx, uint64(2*i+2)); err != nil {
+				t.Fatal(err)
+			}
+			notDone(t, lazy, fmt.Sprintf("round %d", i))
+		}
+		if got := probe.Matched.Load() - before; got != rounds {
+			t.Fatalf("%d segment syncs for %d after-fsync and %d after-next-fsync appends, want %d", got, rounds, rounds, rounds)
+		}
+		l.SyncSoon()
+		if res, err := lazy.Wait(ctx); err != nil || res.Next != 2*rounds {
+			t.Fatalf("after SyncSoon: %+v, %v", res, err)
+		}
+		if d := l.DurableNext(); d != 2*rounds {
+			t.Fatalf("durable next %d, want %d", d, 2*rounds)
+		}
+	})
+
+	t.Run("the background timer covers it", func(t *testing.T) {
+		ctx := testCtx(t)
+		l := mustOpen(t, vfs.NewMem(), "log", Options{BackgroundSyncInterval: 20 * time.Millisecond, SyncBytesThreshold: -1})
+		defer l.Close()
+		if res, err := l.AppendAsync(entries(0, 3, 100), AfterNextFsync).Wait(ctx); err != nil || res.Next != 3 {
+			t.Fatalf("append: %+v, %v", res, err)
+		}
+		if st := l.Status(); st.BackgroundSyncs != 1 || st.Syncs != 1 {
+			t.Fatalf("want the one sync a background one: %d syncs, %d background", st.Syncs, st.BackgroundSyncs)
+		}
+	})
+
+	t.Run("with no background sync it syncs at once", func(t *testing.T) {
+		ctx := testCtx(t)
+		l := mustOpen(t, vfs.NewMem(), "log", Options{BackgroundSyncInterval: -1, SyncBytesThreshold: -1})
+		defer l.Close()
+		if res, err := l.AppendAsync(entries(0, 3, 100), AfterNextFsync).Wait(ctx); err != nil || res.Next != 3 {
+			t.Fatalf("append: %+v, %v", res, err)
+		}
+		if d := l.DurableNext(); d != 3 {
+			t.Fatalf("durable next %d, want 3", d)
+		}
+	})
+}
+
+func isDone(c *Completion) bool {
+	select {
+	case <-c.Done():
+		return true
+	default:
+		return false
 	}
 }

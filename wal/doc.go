@@ -9,7 +9,9 @@
 //
 // Records still in the writer's staging buffer are never exposed as a
 // completion point. An append names a Boundary: AfterFlush completes at
-// written, AfterFsync at durable.
+// written, AfterFsync at durable, AfterNextFsync at durable too but by the
+// next sync something else starts (another append, the byte bound, the
+// background timer, SyncSoon).
 //
 // # Invariants
 //

@@ -24,6 +24,15 @@ const (
 	// AfterFsync completes once an fdatasync covers the records (the durable
 	// frontier).
 	AfterFsync Boundary = 2
+	// AfterNextFsync completes, like AfterFsync, once an fdatasync covers
+	// the records, but asks for no sync of its own: the next sync does,
+	// whether an AfterFsync append, the byte bound, a roll or the
+	// background timer starts it, or SyncSoon. With no background interval
+	// it asks for one like AfterFsync. For records whose loss in a power
+	// cut costs no promise (a consumer's ack: the message is delivered
+	// again), so that they share the page writes of the records around
+	// them instead of each rewriting the log's last page.
+	AfterNextFsync Boundary = 3
 )
 
 func (d Boundary) String() string {
@@ -32,6 +41,8 @@ func (d Boundary) String() string {
 		return "after-flush"
 	case AfterFsync:
 		return "after-fsync"
+	case AfterNextFsync:
+		return "after-next-fsync"
 	}
 	return fmt.Sprintf("boundary(%d)", uint8(d))
 }
@@ -75,11 +86,15 @@ type Log struct {
 	syncDone chan syncResult // the sync in flight's result, taken with w.mu held
 	syncNote chan struct{}   // wakes the writer goroutine for a result
 	// writerKick wakes the writer goroutine after a direct write made
-	// the byte bound hold appends, so it stops taking them.
+	// the byte bound hold appends, so it stops taking them, and for
+	// SyncSoon.
 	writerKick chan struct{}
-	closing    chan struct{} // closed when Close starts
-	done       chan struct{} // closed when the writer has stopped
-	latched    chan struct{} // closed when the log latches
+	// syncSoon asks the writer to sync what AfterNextFsync appends wait
+	// for at its next event (SyncSoon); any sync that starts clears it.
+	syncSoon atomic.Bool
+	closing  chan struct{} // closed when Close starts
+	done     chan struct{} // closed when the writer has stopped
+	latched  chan struct{} // closed when the log latches
 
 	statusMu sync.Mutex // guards status
 	status   Status
@@ -136,9 +151,12 @@ func (l *Log) Append(ctx context.Context, entries []Entry, d Boundary) (AppendRe
 	return l.appendAsync(ctx, entries, d).Wait(ctx)
 }
 
-// AppendAsync hands entries to the writer and returns at once, unless the
-// byte bound holds appends, when it waits for the writer to take them. The
-// entries' payloads must not change until the completion is done.
+// AppendAsync hands entries to the writer and returns without waiting for
+// their boundary: when the writer is idle it writes them itself, on the
+// caller's goroutine (one write(), so an AfterFlush append is done when
+// it returns); when the writer is busy it waits for it to take them, and
+// longer while the byte bound holds appends. The entries' payloads must
+// not change until the completion is done.
 func (l *Log) AppendAsync(entries []Entry, d Boundary) *Completion {
 	return l.appendAsync(context.Background(), entries, d)
 }
@@ -178,7 +196,7 @@ func (l *Log) hand(ctx context.Context, c *Completion) error {
 }
 
 func (l *Log) checkBatch(entries []Entry, d Boundary) (int, error) {
-	if d != AfterFlush && d != AfterFsync {
+	if d != AfterFlush && d != AfterFsync && d != AfterNextFsync {
 		return 0, fmt.Errorf("wal: unknown append boundary %d", d)
 	}
 	if len(entries) == 0 {
@@ -236,6 +254,18 @@ func (l *Log) Sync(ctx context.Context) error {
 	}
 	_, err := c.Wait(ctx)
 	return err
+}
+
+// SyncSoon asks for a sync of what AfterNextFsync appends wait for, at
+// once, and returns without waiting: for a caller that needs their
+// effect now (a queue full of acked messages whose acks wait for a sync).
+// It does nothing when no such append waits.
+func (l *Log) SyncSoon() {
+	l.syncSoon.Store(true)
+	select {
+	case l.writerKick <- struct{}{}:
+	default: // a kick is pending already
+	}
 }
 
 // Seal flushes and syncs everything written, waits for syncs in flight, and

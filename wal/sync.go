@@ -30,13 +30,16 @@ type syncResult struct {
 }
 
 // afterWrite starts the sync the waiters or the byte bound need, or arms the
-// background timer.
+// background timer. AfterNextFsync waiters alone start one only when no
+// background timer would, or SyncSoon asked.
 func (w *writer) afterWrite() {
 	if w.latched || w.syncInFlight {
 		return
 	}
 	switch {
-	case len(w.fsyncWaiters) > 0:
+	case len(w.fsyncWaiters) > w.lazyWaiters:
+		w.startSync(false)
+	case w.lazyWaiters > 0 && (w.interval <= 0 || w.l.syncSoon.Load()):
 		w.startSync(false)
 	case w.threshold > 0 && w.writtenBytes-w.durableBytes >= w.threshold:
 		w.startSync(true)
@@ -68,6 +71,7 @@ func (w *writer) backgroundTick() {
 // startSync submits one sync of everything written; at most one is in flight.
 func (w *writer) startSync(background bool) {
 	w.syncInFlight = true
+	w.l.syncSoon.Store(false) // this sync covers what SyncSoon asked for
 	w.lastSyncAt = time.Now()
 	w.l.syncReq <- syncJob{
 		file:        w.active.file,
@@ -125,6 +129,9 @@ func (w *writer) applySync(job syncJob, took time.Duration) {
 			w.st.SyncedAppends++
 			appends++
 		}
+		if w.fsyncWaiters[n].dur == AfterNextFsync {
+			w.lazyWaiters--
+		}
 		w.complete(w.fsyncWaiters[n], nil)
 		n++
 	}
@@ -163,6 +170,7 @@ func (w *writer) syncInline() {
 	job := syncJob{file: w.active.file, dir: w.dirGen > w.dirSynced, dirGen: w.dirGen,
 		target: w.next, targetBytes: w.writtenBytes}
 	w.lastSyncAt = time.Now()
+	w.l.syncSoon.Store(false)
 	start := time.Now()
 	err := w.active.file.SyncData()
 	w.l.observeSync(time.Since(start), err)

@@ -55,6 +55,7 @@ type writer struct {
 	batch        []*Completion
 
 	fsyncWaiters []*Completion // written, waiting for durable, in offset order
+	lazyWaiters  int           // of fsyncWaiters, the AfterNextFsync ones
 	syncInFlight bool
 	lastSyncAt   time.Time // when the last sync started
 	timer        *time.Timer
@@ -100,7 +101,8 @@ func (w *writer) run() {
 			w.timerArmed = false
 			w.backgroundTick()
 		case <-w.l.writerKick:
-			w.mu.Lock() // to look at the byte bound again
+			w.mu.Lock() // to look at the byte bound again, or SyncSoon
+			w.afterWrite()
 		case m := <-w.l.ctlCh:
 			w.mu.Lock()
 			if m.kind == ctlClose || m.kind == ctlCrash {
@@ -265,6 +267,9 @@ func (w *writer) flush() {
 			w.complete(c, nil) // a sync request with nothing left to sync
 		} else {
 			w.fsyncWaiters = append(w.fsyncWaiters, c)
+			if c.dur == AfterNextFsync {
+				w.lazyWaiters++
+			}
 		}
 	}
 	w.resetStaging()
@@ -388,6 +393,7 @@ func (w *writer) latch(cause error) {
 	}
 	clear(w.fsyncWaiters)
 	w.fsyncWaiters = w.fsyncWaiters[:0]
+	w.lazyWaiters = 0
 }
 
 func (w *writer) handleControl(m control) error {
@@ -444,6 +450,7 @@ func (w *writer) shutdown(syncFirst bool) error {
 		w.complete(c, ErrClosed)
 	}
 	w.fsyncWaiters = nil
+	w.lazyWaiters = 0
 	w.timer.Stop()
 	close(w.l.syncReq)
 	w.l.written.fail(ErrClosed)
