@@ -255,7 +255,9 @@ func (p *partition) gatherLocked() bool {
 		return false
 	}
 	p.batch.flushing = false
-	p.batch.flushTimer = afterGap(rest, p.gapElapsed)
+	if p.batch.flushTimer == nil { // an armed one calls gapElapsed already
+		p.batch.flushTimer = afterGap(rest, p.gapElapsed)
+	}
 	return true
 }
 
