@@ -38,6 +38,10 @@ adds cluster-durable and cluster-buffered: N fibrild nodes on loopback in
 one cluster, each queue declared with majority placement (majority_durable,
 or replica_buffered on a majority of the nodes), its clients connected to
 the node that serves it; their process figures are the nodes' summed.
+--spread N spreads each fibril and cluster system's stream over N queues
+(the many-queue screen: each publisher's publishes go round robin over
+them, each queue has its own consumer, with a window of 64); the systems
+are then reported as fibril-Nq and fibril-3n-Nq.
 
 Cases (--cases), each with --publishers publishers on their own
 connections, --payload-byte messages and one consumer that acks:
@@ -90,6 +94,7 @@ type benchOptions struct {
 	startupBytes benchutil.ByteSize
 	queues       int
 	cluster      int
+	spread       int
 	report       bool
 	from         string
 	doc, img     string
@@ -113,6 +118,7 @@ func parseBenchFlags(args []string, stdout io.Writer) (*benchOptions, error) {
 	fs.StringVar(&o.dir, "dir", "", "directory for the brokers' data (default: a temporary directory under the current one, removed afterwards)")
 	fs.StringSliceVar(&o.systems, "systems", allSystems, "systems to run (also cluster-durable and cluster-buffered: see --cluster)")
 	fs.IntVar(&o.cluster, "cluster", 0, "also run the cases on a cluster of this many fibrild nodes on loopback (systems cluster-durable, majority_durable, and cluster-buffered, replica_buffered on a majority)")
+	fs.IntVar(&o.spread, "spread", 0, "spread each fibril and cluster system's stream over this many queues (the many-queue screen: publishes round robin, a consumer a queue); 0: one queue")
 	fs.StringSliceVar(&o.cases, "cases", allCases, "cases to run")
 	fs.IntVar(&o.runs, "runs", 3, "runs of each case")
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "length of each open-loop schedule and saturation run")
@@ -177,6 +183,9 @@ func (o *benchOptions) validate() error {
 	}
 	if o.cluster < 0 || o.cluster == 1 || o.cluster > 9 {
 		return usagef("--cluster: %d nodes (want 2 to 9, or 0 for none)", o.cluster)
+	}
+	if o.spread < 0 || o.spread > 10000 {
+		return usagef("--spread: %d queues (want 0 to 10000)", o.spread)
 	}
 	if o.cluster > 0 && o.addr != "" {
 		return usagef("--cluster starts its own nodes: it does not go with --addr")

@@ -84,7 +84,8 @@ func startSystems(ctx context.Context, o *benchOptions, base string, stderr io.W
 				}
 				addr, admin, pid = s.fibrild.Addr, s.fibrild.Admin, s.fibrild.Pid()
 			}
-			sys = benchSystem{name: name, target: e2ebench.Fibril{Addr: addr, Admin: admin, Durable: name == "fibril-durable"}}
+			sys = benchSystem{name: name, target: e2ebench.Fibril{Addr: addr, Admin: admin, Durable: name == "fibril-durable",
+				Queues: o.spread}}
 			if pid != 0 {
 				sys.pids = []int{pid}
 			}
@@ -112,7 +113,7 @@ func startSystems(ctx context.Context, o *benchOptions, base string, stderr io.W
 			}
 			sys.name = name
 			sys.target = e2ebench.Fibril{Addr: strings.Join(addrs, ","), Admin: s.cluster[0].Admin,
-				Durable: name == "cluster-durable", Nodes: o.cluster, Policy: policy}
+				Durable: name == "cluster-durable", Nodes: o.cluster, Policy: policy, Queues: o.spread}
 		case "jetstream-always", "jetstream-default":
 			mode := map[string]string{"jetstream-always": "always", "jetstream-default": "default"}[name]
 			n, err := startNATSChild(ctx, filepath.Join(base, "nats-"+mode), mode)

@@ -84,14 +84,15 @@ func TestBenchQuick(t *testing.T) {
 	}
 }
 
-// TestBenchCluster runs "fibril bench --cluster 3" briefly: three real
-// fibrild nodes in one cluster, a queue of each mode declared with
-// majority placement; every run must be sustained and measured on all
-// three nodes.
+// TestBenchCluster runs "fibril bench --cluster 3 --spread 4" briefly:
+// three real fibrild nodes in one cluster, each stream spread over four
+// queues of its mode declared with majority placement (so served by
+// several nodes); every run must be sustained and measured on all three
+// nodes.
 func TestBenchCluster(t *testing.T) {
 	cli, _ := binaries(t)
 	dir := t.TempDir()
-	r := fibrilCLI(t, cli, "", nil, "bench", "--quick", "--cluster", "3", "--systems", "fibril-buffered,cluster-durable,cluster-buffered",
+	r := fibrilCLI(t, cli, "", nil, "bench", "--quick", "--cluster", "3", "--spread", "4", "--systems", "fibril-buffered,cluster-durable,cluster-buffered",
 		"--cases", "rate-100", "--footprint=false", "--dir", filepath.Join(dir, "data"))
 	if r.code != 0 {
 		t.Fatalf("fibril bench --cluster 3: exit %d\n%s", r.code, r.stderr)
@@ -109,13 +110,13 @@ func TestBenchCluster(t *testing.T) {
 			t.Errorf("%s %s: not sustained", l["system"], l["mode"])
 		}
 		rss := l["broker"].(map[string]any)["peak_rss_bytes"].(float64)
-		if l["system"] == "fibril" {
+		if l["system"] == "fibril-4q" {
 			soloRSS = rss
 		} else {
 			clusterRSS = max(clusterRSS, rss)
 		}
 	}
-	for _, want := range []string{"fibril buffered", "fibril-3n durable", "fibril-3n buffered"} {
+	for _, want := range []string{"fibril-4q buffered", "fibril-3n-4q durable", "fibril-3n-4q buffered"} {
 		if !seen[want] {
 			t.Errorf("no run of %s: %v", want, seen)
 		}

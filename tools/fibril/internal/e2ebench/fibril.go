@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fibril-edge/fibril/appliance/client"
@@ -25,7 +27,8 @@ type Fibril struct {
 	Admin string
 	// Durable declares durable queues; otherwise buffered.
 	Durable bool
-	// Prefetch is the consumer's window; default 1000.
+	// Prefetch is the consumer's window; default 1000, and 64 a queue
+	// when Queues spreads the stream.
 	Prefetch int
 	// Nodes is the number of nodes when Addr lists a cluster's (0 or 1:
 	// one broker). Policy is the replication policy each queue is
@@ -34,14 +37,29 @@ type Fibril struct {
 	// serves the queue.
 	Nodes  int
 	Policy string
+	// Queues spreads each stream over this many queues (the many-queue
+	// screen): name-0 to name-(Queues-1), each publisher's k-th publish
+	// to queue k mod Queues over a connection to the node serving it,
+	// one consumer a queue. 0 or 1: one queue, called name.
+	Queues int
 }
 
-// System implements Target: "fibril", or "fibril-3n" for three nodes.
+// spreadPrefetch is each consumer's window when a stream spreads over
+// many queues: a thousand windows of a thousand would let the client
+// buffer a gigabyte.
+const spreadPrefetch = 64
+
+// System implements Target: "fibril", "fibril-3n" for three nodes, with
+// "-1000q" for a stream spread over 1,000 queues.
 func (f Fibril) System() string {
+	name := "fibril"
 	if f.Nodes > 1 {
-		return fmt.Sprintf("fibril-%dn", f.Nodes)
+		name = fmt.Sprintf("fibril-%dn", f.Nodes)
 	}
-	return "fibril"
+	if f.Queues > 1 {
+		name += fmt.Sprintf("-%dq", f.Queues)
+	}
+	return name
 }
 
 // Mode implements Target.
@@ -54,50 +72,92 @@ func (f Fibril) Mode() string {
 
 // Open implements Target.
 func (f Fibril) Open(ctx context.Context, name string, publishers, window int) (Stream, error) {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	dial := func(inflight int) (*client.Client, error) {
-		return client.Dial(ctx, f.Addr, client.Options{ClientName: "fibril-bench", MaxInFlight: inflight,
-			DisableReconnect: true, Logger: quiet})
-	}
-	s := &fibrilStream{target: f, queue: name}
-	if f.Policy != "" {
-		local, _, _ := strings.Cut(f.Addr, ",") // Admin is the first node's
-		owner, err := declarePolicy(ctx, f.Admin, local, name, f.Mode(), f.Policy)
-		if err != nil {
-			return nil, err
+	s := &fibrilStream{target: f, queues: []string{name}, next: make([]atomic.Uint64, publishers)}
+	if f.Queues > 1 {
+		s.queues = make([]string, f.Queues)
+		for i := range s.queues {
+			s.queues[i] = fmt.Sprintf("%s-%d", name, i)
 		}
-		f.Addr = owner + "," + f.Addr // the owner first; the rest if it is lost
 	}
-	sub, err := dial(0)
-	if err != nil {
-		return nil, fmt.Errorf("fibril: dial %s: %w", f.Addr, err)
-	}
-	s.sub = sub
-	q := client.Queue(name).Buffered()
-	if f.Durable {
-		q = client.Queue(name).Durable()
-	}
-	if _, err := sub.DeclareQueue(ctx, q); err != nil {
+	if err := s.open(ctx, publishers, window); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("fibril: %w", err)
-	}
-	for range publishers {
-		c, err := dial(window)
-		if err != nil {
-			s.Close()
-			return nil, fmt.Errorf("fibril: dial %s: %w", f.Addr, err)
-		}
-		s.pubs = append(s.pubs, c)
+		return nil, err
 	}
 	return s, nil
 }
 
+// fibrilStream is one stream over one queue or several. Its connections
+// come in groups, one a node serving some of its queues: the consumers'
+// connection subs[g] and each publisher's pubs[p][g].
 type fibrilStream struct {
 	target Fibril
-	queue  string
-	sub    *client.Client
-	pubs   []*client.Client
-	cons   *client.Consumer
+	queues []string
+	group  []int // the connection group of each queue
+	subs   []*client.Client
+	pubs   [][]*client.Client
+	next   []atomic.Uint64 // each publisher's publishes so far
+	// declared counts the queues declared, from the first: Close
+	// deletes them.
+	declared int
+	mu       sync.Mutex // one delivery at a time to Consume's callback
+}
+
+// open declares the queues and dials the connections.
+func (s *fibrilStream) open(ctx context.Context, publishers, window int) error {
+	f := s.target
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dial := func(addr string, inflight int) (*client.Client, error) {
+		c, err := client.Dial(ctx, addr, client.Options{ClientName: "fibril-bench", MaxInFlight: inflight,
+			DisableReconnect: true, Logger: quiet})
+		if err != nil {
+			return nil, fmt.Errorf("fibril: dial %s: %w", addr, err)
+		}
+		return c, nil
+	}
+	groupOf := map[string]int{}
+	s.group = make([]int, len(s.queues))
+	s.pubs = make([][]*client.Client, publishers)
+	for i, q := range s.queues {
+		addr := f.Addr
+		if f.Policy != "" {
+			local, _, _ := strings.Cut(f.Addr, ",") // Admin is the first node's
+			owner, err := declarePolicy(ctx, f.Admin, local, q, f.Mode(), f.Policy)
+			if err != nil {
+				return err
+			}
+			s.declared++
+			addr = owner + "," + f.Addr // the owner first; the rest if it is lost
+		}
+		g, ok := groupOf[addr]
+		if !ok {
+			g = len(s.subs)
+			groupOf[addr] = g
+			sub, err := dial(addr, 0)
+			if err != nil {
+				return err
+			}
+			s.subs = append(s.subs, sub)
+			for p := range publishers {
+				c, err := dial(addr, window)
+				if err != nil {
+					return err
+				}
+				s.pubs[p] = append(s.pubs[p], c)
+			}
+		}
+		s.group[i] = g
+		if f.Policy == "" {
+			d := client.Queue(q).Buffered()
+			if f.Durable {
+				d = client.Queue(q).Durable()
+			}
+			if _, err := s.subs[g].DeclareQueue(ctx, d); err != nil {
+				return fmt.Errorf("fibril: %w", err)
+			}
+			s.declared++
+		}
+	}
+	return nil
 }
 
 type fibrilPending struct{ f *client.Future }
@@ -105,33 +165,46 @@ type fibrilPending struct{ f *client.Future }
 func (p fibrilPending) Wait(ctx context.Context) error { _, err := p.f.Wait(ctx); return err }
 
 func (s *fibrilStream) Publish(p int, body []byte) (Pending, error) {
-	return fibrilPending{s.pubs[p].PublishAsync(s.queue, client.Message{Body: body})}, nil
+	q := int((s.next[p].Add(1) - 1) % uint64(len(s.queues)))
+	return fibrilPending{s.pubs[p][s.group[q]].PublishAsync(s.queues[q], client.Message{Body: body})}, nil
 }
 
 func (s *fibrilStream) Consume(ctx context.Context, deliver func([]byte)) error {
 	prefetch := s.target.Prefetch
-	if prefetch == 0 {
+	switch {
+	case prefetch == 0 && len(s.queues) > 1:
+		prefetch = spreadPrefetch
+	case prefetch == 0:
 		prefetch = 1000
 	}
-	cons, err := s.sub.Subscribe(ctx, s.queue, client.SubscribeOptions{Prefetch: prefetch,
-		Handler: func(_ context.Context, d *client.Delivery) error { deliver(d.Body); return nil }})
-	if err != nil {
-		return fmt.Errorf("fibril: subscribe %s: %w", s.queue, err)
+	handler := func(_ context.Context, d *client.Delivery) error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		deliver(d.Body)
+		return nil
 	}
-	s.cons = cons
+	for i, q := range s.queues {
+		if _, err := s.subs[s.group[i]].Subscribe(ctx, q, client.SubscribeOptions{Prefetch: prefetch, Handler: handler}); err != nil {
+			return fmt.Errorf("fibril: subscribe %s: %w", q, err)
+		}
+	}
 	return nil
 }
 
 func (s *fibrilStream) Close() error {
 	var errs []error
-	for _, c := range s.pubs {
+	for _, cs := range s.pubs {
+		for _, c := range cs {
+			errs = append(errs, c.Close())
+		}
+	}
+	for _, c := range s.subs {
 		errs = append(errs, c.Close())
 	}
-	if s.sub != nil {
-		errs = append(errs, s.sub.Close())
-	}
 	if s.target.Admin != "" {
-		errs = append(errs, deleteQueue(s.target.Admin, s.queue))
+		for _, q := range s.queues[:s.declared] {
+			errs = append(errs, deleteQueue(s.target.Admin, q))
+		}
 	}
 	return errors.Join(errs...)
 }
