@@ -140,15 +140,6 @@ func (q *queue) makeRoom(p *partition, n int64) (reserved bool, err error) {
 	}
 }
 
-// syncSettles has the queue's partitions sync the settles that wait for
-// the next sync (boundaryFor): a queue refusing publishes for want of
-// room frees what its consumers settled as soon as it can.
-func (q *queue) syncSettles() {
-	for _, p := range q.parts {
-		p.syncSettles()
-	}
-}
-
 // roomDrop is a message drop-oldest discards to make room.
 type roomDrop struct {
 	p    *partition
@@ -174,7 +165,6 @@ func (q *queue) admitWithin(p *partition, n int64) (drops []roomDrop, wait <-cha
 	if over() {
 		if cfg.Overflow != OverflowDropOldest || (cfg.MaxBytes > 0 && n > cfg.MaxBytes) {
 			q.counters.rejectedFull.Add(1)
-			q.syncSettles()
 			return nil, nil, fmt.Errorf("%w: queue %s holds %d messages, %d bytes (limits %d, %d)",
 				ErrQueueFull, cfg.Name, count, bytes, cfg.MaxMessages, cfg.MaxBytes)
 		}
@@ -200,7 +190,6 @@ func (q *queue) admitWithin(p *partition, n int64) (drops []roomDrop, wait <-cha
 		}
 		if over() {
 			q.counters.rejectedFull.Add(1)
-			q.syncSettles()
 			return drops, nil, fmt.Errorf("%w: queue %s: nothing ready to drop", ErrQueueFull, cfg.Name)
 		}
 	}

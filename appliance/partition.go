@@ -278,9 +278,12 @@ func (p *partition) handOver(pa *pendingAppend, at *wal.Boundary, mayApply bool)
 // the log's last page by itself: at 1k/s it halves the bytes written per
 // message. Requeues and expiries make a message ready again when applied,
 // so they keep their own sync; so does a replicated partition, whose
-// followers sync each record they are sent.
+// followers sync each record they are sent, and a queue with limits: an
+// acked message counts against them until its ack applies, so a publish
+// would be refused, or drop-oldest would drop a message nobody read in its
+// place.
 func (p *partition) boundaryFor(dur wal.Boundary, entries []wal.Entry) wal.Boundary {
-	if dur != wal.AfterFsync || p.gate != nil {
+	if cfg := p.q.cfg(); dur != wal.AfterFsync || p.gate != nil || cfg.MaxMessages > 0 || cfg.MaxBytes > 0 {
 		return dur
 	}
 	for _, e := range entries {
@@ -295,9 +298,8 @@ func (p *partition) boundaryFor(dur wal.Boundary, entries []wal.Entry) wal.Bound
 
 // syncSettles asks the partition's log to sync the settles waiting for
 // the next sync (boundaryFor) now, for a caller that waits for them to
-// apply: a full queue (their messages hold room until applied), a purge,
-// a close, a change to buffered and a full channel to the applier (the
-// applier takes appends in order).
+// apply: a purge, a close, a change to buffered and a full channel to the
+// applier (the applier takes appends in order).
 func (p *partition) syncSettles() { p.log.SyncSoon() }
 
 // completed reports whether c's append is done.

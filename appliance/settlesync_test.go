@@ -2,7 +2,6 @@ package appliance
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -13,8 +12,7 @@ import (
 // their own: one publisher and one consumer in lockstep, with no
 // background sync to help, cost one segment sync per message (each
 // publish's sync covers the ack before it), not two; the acks are applied
-// once synced all the same, and a queue full of acked messages has them
-// synced at once rather than refusing publishes until a sync comes by.
+// once synced all the same. A queue with limits keeps a sync for each ack.
 func TestDurableAcksShareThePublishSync(t *testing.T) {
 	ctx := testCtx(t)
 	probe, fs := newSyncProbe(vfs.NewMem())
@@ -49,29 +47,23 @@ func TestDurableAcksShareThePublishSync(t *testing.T) {
 		t.Fatalf("after %d acks, the last unsynced: acked %d, messages %d; want %d, 1", rounds, in.Counters.Acked, in.Messages, rounds)
 	}
 
-	// A full queue syncs its settles when it refuses a publish.
-	declare(t, ctx, b, QueueConfig{Name: "full", Durability: Durable, MaxMessages: 1, Overflow: OverflowReject})
-	fsub, fgot := subscribe(t, b, "full", 1)
-	defer fsub.Close()
-	publish(t, ctx, b, "full", Message{Body: body(0)})
-	if err := fsub.Ack(fgot.next(t, ctx).Tag); err != nil {
+	// A queue with limits syncs its acks at once: an acked message
+	// counts against them until its ack applies, and drop-oldest must
+	// not drop a message nobody read in its place.
+	declare(t, ctx, b, QueueConfig{Name: "limited", Durability: Durable, MaxMessages: 2, Overflow: OverflowDropOldest})
+	publish(t, ctx, b, "limited", Message{Body: body(0)})
+	publish(t, ctx, b, "limited", Message{Body: body(1)})
+	lsub, lgot := subscribe(t, b, "limited", 1)
+	if err := lsub.Ack(lgot.next(t, ctx).Tag); err != nil {
 		t.Fatal(err)
 	}
+	lsub.Close()                                              // message 1, if leased meanwhile, is ready again
 	short, cancel := context.WithTimeout(ctx, 20*time.Second) // well inside the 60 s interval
 	defer cancel()
-	for {
-		_, err := b.Publish(short, "full", Message{Body: body(1)})
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, ErrQueueFull) {
-			t.Fatalf("publish to a queue whose one message was acked: %v", err)
-		}
-		select {
-		case <-short.Done():
-			t.Fatal("a queue full of an acked message kept refusing publishes: its ack was never synced")
-		case <-time.After(time.Millisecond):
-		}
+	waitFor(t, short, "the ack on the limited queue applied", func() bool { return info(t, b, "limited").Messages == 1 })
+	publish(t, ctx, b, "limited", Message{Body: body(2)})
+	if in := info(t, b, "limited"); in.Counters.DroppedOverflow != 0 || in.Messages != 2 {
+		t.Fatalf("a publish after the ack dropped %d messages (%d left): the acked one still counted", in.Counters.DroppedOverflow, in.Messages)
 	}
 
 	// With no background sync at all, a settle syncs at once.

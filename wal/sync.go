@@ -71,7 +71,10 @@ func (w *writer) backgroundTick() {
 // startSync submits one sync of everything written; at most one is in flight.
 func (w *writer) startSync(background bool) {
 	w.syncInFlight = true
-	w.l.syncSoon.Store(false) // this sync covers what SyncSoon asked for
+	// This sync covers what SyncSoon asked for: it starts after a whole
+	// group is written. (syncInline leaves the flag: a roll syncs before
+	// the rest of its group is written.)
+	w.l.syncSoon.Store(false)
 	w.lastSyncAt = time.Now()
 	w.l.syncReq <- syncJob{
 		file:        w.active.file,
@@ -170,7 +173,6 @@ func (w *writer) syncInline() {
 	job := syncJob{file: w.active.file, dir: w.dirGen > w.dirSynced, dirGen: w.dirGen,
 		target: w.next, targetBytes: w.writtenBytes}
 	w.lastSyncAt = time.Now()
-	w.l.syncSoon.Store(false)
 	start := time.Now()
 	err := w.active.file.SyncData()
 	w.l.observeSync(time.Since(start), err)
