@@ -103,6 +103,11 @@ func (w *writer) run() {
 		case <-w.l.writerKick:
 			w.mu.Lock() // to look at the byte bound again, or SyncSoon
 			w.afterWrite()
+			if w.lazyWaiters == 0 {
+				// Nothing SyncSoon could have asked for waits: every append
+				// handed over before it has been written by now.
+				w.l.syncSoon.Store(false)
+			}
 		case m := <-w.l.ctlCh:
 			w.mu.Lock()
 			if m.kind == ctlClose || m.kind == ctlCrash {
