@@ -16,7 +16,8 @@ func TestLonePublishCrossesNoGoroutine(t *testing.T) {
 	ctx := testCtx(t)
 	for _, coalesce := range []string{"gap", "window"} {
 		t.Run(coalesce, func(t *testing.T) {
-			b := openBroker(t, vfs.NewMem(), "data", Options{})
+			probe, fs := newSyncProbe(vfs.NewMem())
+			b := openBroker(t, fs, "data", Options{})
 			defer b.Close()
 			s := b.Settings()
 			s.BackgroundSyncIntervalMs = 0 // nothing else wakes the log's writer
@@ -50,8 +51,26 @@ func TestLonePublishCrossesNoGoroutine(t *testing.T) {
 					t.Fatalf("buffered publish %d of %d was confirmed on another goroutine", i, n)
 				}
 			}
-			if inline("d", 0) {
+			// The durable publish's segment sync is held until PublishAsync
+			// has returned: its callback must not have run by then.
+			probe.Shut()
+			var called atomic.Bool
+			done := make(chan error, 1)
+			b.PublishAsync("d", Message{Body: body(0)}, func(_ Confirm, err error) {
+				called.Store(true)
+				done <- err
+			})
+			if called.Load() {
 				t.Fatal("a durable publish was confirmed before its sync could complete")
+			}
+			probe.Open()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("durable publish: %v", err)
+				}
+			case <-ctx.Done():
+				t.Fatal("durable publish: no confirm")
 			}
 		})
 	}
