@@ -31,6 +31,11 @@ type Options struct {
 	SegmentSize int64
 	// TailCacheBytes per partition log. Default 1 MiB: small devices first.
 	TailCacheBytes int64
+	// ReadCacheBytes budgets the node's read cache, one for every
+	// partition log (wal.ReadCache): the blocks leaving the partitions'
+	// tail windows and those read from segment files, for readers that
+	// trail their writers. Default 32 MiB; negative turns it off.
+	ReadCacheBytes int64
 	// ScrubBytesPerSecond is the rate at which each partition log checks
 	// its sealed segments in the background after it opens, quarantining
 	// damaged records it finds. Default wal.DefaultScrubBytesPerSecond
@@ -67,6 +72,9 @@ type Options struct {
 	LogDir func(queue string, partition int) string
 }
 
+// DefaultReadCacheBytes is the node's read cache when Options leave it 0.
+const DefaultReadCacheBytes = 32 << 20
+
 func (o Options) withDefaults() Options {
 	if o.FS == nil {
 		o.FS = vfs.Default
@@ -79,6 +87,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.TailCacheBytes == 0 {
 		o.TailCacheBytes = 1 << 20
+	}
+	if o.ReadCacheBytes == 0 {
+		o.ReadCacheBytes = DefaultReadCacheBytes
 	}
 	if o.ScrubBytesPerSecond == 0 {
 		o.ScrubBytesPerSecond = wal.DefaultScrubBytesPerSecond
@@ -104,6 +115,7 @@ type Broker struct {
 	opts     Options
 	log      *slog.Logger
 	meta     *metaStore
+	cache    *wal.ReadCache // the node's read cache; nil when off
 	settings atomic.Pointer[Settings]
 	nextTag  atomic.Uint64 // delivery tags: a per-process counter
 	disk     diskGuard
@@ -160,6 +172,12 @@ func Open(opts Options) (*Broker, error) {
 	if err != nil {
 		_ = meta.close()
 		return nil, err
+	}
+	if opts.ReadCacheBytes > 0 {
+		if b.cache, err = wal.NewReadCache(opts.ReadCacheBytes); err != nil {
+			_ = meta.close()
+			return nil, err
+		}
 	}
 	progress := b.startProgress(len(cfgs))
 	for _, cfg := range cfgs {
@@ -534,6 +552,15 @@ func (b *Broker) Closed() bool {
 	return b.closed
 }
 
+// ReadCache returns the node's read cache's counters: all zero when it is
+// off (Options.ReadCacheBytes negative).
+func (b *Broker) ReadCache() wal.ReadCacheStats {
+	if b.cache == nil {
+		return wal.ReadCacheStats{}
+	}
+	return b.cache.Stats()
+}
+
 // Close stops admission, checkpoints and syncs every partition, closes the
 // logs and the metadata store.
 func (b *Broker) Close() error {
@@ -557,6 +584,9 @@ func (b *Broker) Close() error {
 		errs = append(errs, err)
 	}
 	b.bg.Wait() // what they publish or settle now fails as closed
+	if b.cache != nil {
+		b.cache.Close()
+	}
 	errs = append(errs, b.meta.close())
 	return errors.Join(errs...)
 }

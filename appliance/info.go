@@ -87,7 +87,8 @@ type LogCounters struct {
 	SyncedAppends          uint64 // appends completed by those syncs: Syncs' fan-in
 	LastSyncDuration       time.Duration
 	TailCacheHits          uint64 // records read from the tail cache
-	TailCacheMisses        uint64 // records read from segment files
+	TailCacheMisses        uint64 // records not in the tail cache: read from the node's read cache or the segment files
+	ReadCacheHits          uint64 // of those, records read from the node's read cache
 }
 
 // QueueInfo returns a queue's view.
@@ -130,6 +131,7 @@ func (q *queue) info(now time.Time) QueueInfo {
 				Syncs: st.Syncs, BackgroundSyncs: st.BackgroundSyncs, BackgroundSyncFailures: st.BackgroundSyncFailures,
 				SyncedAppends: st.SyncedAppends, LastSyncDuration: st.LastSyncDuration,
 				TailCacheHits: st.TailCacheHits, TailCacheMisses: st.TailCacheMisses,
+				ReadCacheHits: st.ReadCacheHits,
 			},
 		}
 		if !st.OldestUnsynced.IsZero() {

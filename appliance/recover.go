@@ -55,6 +55,7 @@ func (b *Broker) openPartition(q *queue, idx int) (*partition, error) {
 		FS:                     b.opts.FS,
 		SegmentSize:            b.opts.SegmentSize,
 		TailCacheBytes:         b.opts.TailCacheBytes,
+		ReadCache:              b.cache,
 		ScrubBytesPerSecond:    max(b.opts.ScrubBytesPerSecond, 0),
 		BackgroundSyncInterval: walInterval(b.Settings()),
 		LockInProcess:          true, // the metadata store's lock keeps other processes out

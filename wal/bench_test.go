@@ -2,6 +2,8 @@ package wal
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"testing"
 )
 
@@ -87,4 +89,97 @@ func BenchmarkReadOneUncachedSequential(b *testing.B) {
 			b.Fatalf("read %d: %d records, %v", off, len(recs), err)
 		}
 	}
+}
+
+// BenchmarkTrailingReaders: 1,000 logs, each written one 1 KiB record at a
+// time, round robin, each with a reader: on the first `trailing` logs it
+// trails its writer by lag records, on the others it reads the record just
+// written (a broker with many queues, some of whose consumers lag). One op
+// is one append and one read. Three set-ups: a 1 MiB tail window per log and no
+// read cache (the broker before the read cache), a 128 KiB window and no
+// read cache, and a 128 KiB window with a 32 MiB read cache shared by all.
+// Reported besides time: the share of the reads past the tail window the
+// read cache served (hit-ratio), the reads that went to a segment file
+// (file-reads/op), and the live heap after the run (heap-MiB).
+func BenchmarkTrailingReaders(b *testing.B) {
+	for _, tr := range []struct{ trailing, lag int }{{1000, 256}, {50, 512}} {
+		for _, c := range []struct {
+			name         string
+			tail, budget int64
+		}{{"tail=1MiB", 1 << 20, 0}, {"tail=128KiB", 128 << 10, 0}, {"tail=128KiB+cache=32MiB", 128 << 10, 32 << 20}} {
+			b.Run(fmt.Sprintf("trailing=%d/lag=%d/%s", tr.trailing, tr.lag, c.name), func(b *testing.B) {
+				benchmarkTrailing(b, 1000, tr.trailing, tr.lag, c.tail, c.budget)
+			})
+		}
+	}
+}
+
+func benchmarkTrailing(b *testing.B, logs, trailing, lag int, tail, budget int64) {
+	var rc *ReadCache
+	if budget > 0 {
+		var err error
+		if rc, err = NewReadCache(budget); err != nil {
+			b.Fatal(err)
+		}
+		defer rc.Close()
+	}
+	dir := b.TempDir()
+	ls := make([]*Log, logs)
+	for i := range ls {
+		ls[i] = mustOpen(b, nil, fmt.Sprintf("%s/%d", dir, i), Options{
+			SegmentSize: 4 << 20, TailCacheBytes: tail, ReadCache: rc, BackgroundSyncInterval: -1, SyncBytesThreshold: -1})
+	}
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	ctx := context.Background()
+	step := func(i int) {
+		l := ls[i%logs]
+		n := i / logs // records this log holds before this append
+		if _, err := l.Append(ctx, entries(n, 1, 1024), AfterFlush); err != nil {
+			b.Fatal(err)
+		}
+		behind := 0 // the record just written
+		if i%logs < trailing {
+			behind = lag
+		}
+		if n >= behind {
+			off := uint64(n - behind)
+			if recs, err := l.ReadWritten(off, 1); err != nil || len(recs) != 1 || recs[0].Offset != off {
+				b.Fatalf("read %d: %d records, %v", off, len(recs), err)
+			}
+		}
+	}
+	// Every reader trailing, and reading blocks dropped from the tail
+	// while it trailed; the caches filled.
+	warm := logs * (2*lag + 128)
+	for i := range warm {
+		step(i)
+	}
+	before := make([]Status, logs)
+	for i, l := range ls {
+		before[i] = l.Status()
+	}
+	b.SetBytes(1024)
+	b.ResetTimer()
+	for i := range b.N {
+		step(warm + i)
+	}
+	b.StopTimer()
+	var hits, misses uint64
+	for i, l := range ls {
+		st := l.Status()
+		hits += st.ReadCacheHits - before[i].ReadCacheHits
+		misses += st.TailCacheMisses - before[i].TailCacheMisses
+	}
+	if misses > 0 {
+		b.ReportMetric(float64(hits)/float64(misses), "hit-ratio")
+	}
+	b.ReportMetric(float64(misses-hits)/float64(b.N), "file-reads/op")
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "heap-MiB")
 }

@@ -141,7 +141,7 @@ func (l *Log) registerDamage(r io.ReaderAt, path string, damage []Damage) []Hole
 	l.addHolesLocked(holes)
 	l.segMu.Unlock()
 	if len(holes) > 0 {
-		l.ahead.reset() // serve nothing read before from a hole
+		l.forgetReads()
 	}
 	return holes
 }

@@ -99,8 +99,20 @@ type Log struct {
 	statusMu sync.Mutex // guards status
 	status   Status
 
-	// Reads served from the tail cache and from segment files, per record.
-	cacheHits, cacheMisses atomic.Uint64
+	// Reads served from the tail cache, the node's read cache and the
+	// segment files, per record.
+	cacheHits, readCacheHits, cacheMisses atomic.Uint64
+	// cacheGen keys this log's blocks in the node's read cache: a fresh
+	// one at open, and again when a range is declared lost.
+	cacheGen atomic.Uint64
+	// readLow is the lowest offset a read asked for since the tail cache
+	// last handed blocks on (math.MaxUint64: none): a block leaving the
+	// tail goes to the read cache only if a reader is still behind its end.
+	readLow atomic.Uint64
+	// offered are the blocks this log handed the read cache, until the
+	// readers pass them (leaveTail).
+	offerMu sync.Mutex // guards offered
+	offered []uint64
 
 	damageMu  sync.Mutex    // serializes keeping damaged ranges aside
 	scrubDone chan struct{} // closed when the scrub has stopped (at once when off)

@@ -106,6 +106,10 @@ type Options struct {
 	// serves reads before the segment files. Default 8 MiB; negative
 	// turns the cache off.
 	TailCacheBytes int64
+	// ReadCache, if set, is the node's read cache, shared with other logs:
+	// it takes the blocks leaving the tail cache and the blocks read from
+	// segment files, and serves reads that miss the tail cache. Nil: none.
+	ReadCache *ReadCache
 	// MaxRecordSize caps one record's payload. Default 8 MiB.
 	MaxRecordSize int
 	// OnRecover, if set, sees every record that recovery keeps in the active

@@ -53,7 +53,7 @@ func (l *Log) Quarantine(base uint64) (Hole, error) {
 		return Hole{}, ErrClosed
 	default:
 	}
-	defer l.ahead.reset() // serve nothing read before from the hole
+	defer l.forgetReads()
 	l.segMu.Lock()
 	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].base >= base })
 	if i >= len(l.segs) || l.segs[i].base != base {

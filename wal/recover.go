@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -99,10 +100,15 @@ func Open(dir string, opts Options) (*Log, error) {
 	}
 	l.recovery.Duration = time.Since(start)
 	l.readAhead = readAheadBytes(opts.TailCacheBytes)
+	l.cacheGen.Store(nextCacheGen())
 	if opts.TailCacheBytes > 0 {
 		if l.cache, err = newTailCache(opts.TailCacheBytes); err != nil {
 			l.closeFiles()
 			return nil, err
+		}
+		if rc := opts.ReadCache; rc != nil {
+			l.readLow.Store(math.MaxUint64)
+			l.cache.leave = l.leaveTail
 		}
 	}
 	w := &writer{

@@ -44,7 +44,8 @@ type Status struct {
 
 	BackgroundSyncFailures uint64 // background syncs that failed (and latched the log)
 	TailCacheHits          uint64 // records read from the tail cache
-	TailCacheMisses        uint64 // records read from segment files
+	TailCacheMisses        uint64 // records not in the tail cache: from the node's read cache or the segment files
+	ReadCacheHits          uint64 // of those, records read from the node's read cache
 }
 
 // Status returns a snapshot.
@@ -61,6 +62,7 @@ func (l *Log) Status() Status {
 	}
 	s.Epoch = l.epoch.Load()
 	s.TailCacheHits, s.TailCacheMisses = l.cacheHits.Load(), l.cacheMisses.Load()
+	s.ReadCacheHits = l.readCacheHits.Load()
 	l.segMu.RLock()
 	s.Head, s.Segments = l.head, len(l.segs)
 	l.segMu.RUnlock()

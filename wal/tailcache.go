@@ -30,12 +30,21 @@ type tailBlock struct {
 
 type tailCache struct {
 	budget int64
+	// leave, when set, is handed the blocks the window drops at once (for
+	// the node's read cache), on the writer's goroutine, outside the locks.
+	leave func(gone []goneBlock)
+	gone  []goneBlock // blocks dropped by the put under way; the writer's
 
 	mu     sync.RWMutex // guards first, blocks, cost and low
 	first  uint64       // block id of blocks[0]
 	blocks []*tailBlock // consecutive block ids from first, oldest first
 	cost   int64        // bytes held by blocks
 	low    uint64       // lowest offset held when blocks is not empty
+}
+
+type goneBlock struct {
+	id uint64
+	b  *tailBlock
 }
 
 func newTailCache(budget int64) (*tailCache, error) {
@@ -67,6 +76,12 @@ func (t *tailCache) put(first uint64, buf []byte, starts []int) {
 		t.evictLocked()
 		t.mu.Unlock()
 	}
+	// Nothing writes a block once the window has dropped it.
+	if len(t.gone) > 0 {
+		t.leave(t.gone)
+		clear(t.gone)
+		t.gone = t.gone[:0]
+	}
 }
 
 // blockFor returns the newest block if it is offset's, or starts a new one
@@ -91,6 +106,12 @@ func (t *tailCache) blockFor(offset uint64) *tailBlock {
 // budget (the newest too, when one block alone is over it).
 func (t *tailCache) evictLocked() {
 	for t.cost > t.budget && len(t.blocks) > 0 {
+		// The newest block, dropped alone over the budget, is still being
+		// filled: handing it on would offer the read cache a block per
+		// record. Its records are read from the segment file instead.
+		if t.leave != nil && len(t.blocks) > 1 {
+			t.gone = append(t.gone, goneBlock{t.first, t.blocks[0]})
+		}
 		t.cost -= t.blocks[0].cost
 		t.blocks[0] = nil
 		t.blocks = t.blocks[1:]

@@ -143,8 +143,10 @@ var partitionMetrics = []partitionMetric{
 		}},
 	{desc("fibril_tail_cache_hits_total", "Records read from the tail cache.", partitionLabels...), prometheus.CounterValue,
 		func(p appliance.PartitionInfo) float64 { return float64(p.Log.TailCacheHits) }},
-	{desc("fibril_tail_cache_misses_total", "Records read from segment files.", partitionLabels...), prometheus.CounterValue,
+	{desc("fibril_tail_cache_misses_total", "Records not in the tail cache: read from the node's read cache or from segment files.", partitionLabels...), prometheus.CounterValue,
 		func(p appliance.PartitionInfo) float64 { return float64(p.Log.TailCacheMisses) }},
+	{desc("fibril_read_cache_partition_hits_total", "Records read from the node's read cache, of the tail cache's misses.", partitionLabels...), prometheus.CounterValue,
+		func(p appliance.PartitionInfo) float64 { return float64(p.Log.ReadCacheHits) }},
 }
 
 // Broker-wide figures.
@@ -152,11 +154,19 @@ var (
 	descLatched = desc("fibril_latched_logs", "Partition logs latched after a storage failure; reopen the broker to cut them back.")
 	descQueues  = desc("fibril_queues", "Queues open.")
 	descFailed  = desc("fibril_queues_failed", "Declared queues that could not be opened.")
+
+	descReadCacheHits   = desc("fibril_read_cache_hits_total", "Records the node's read cache served: reads that missed their partition's tail cache and found the block here.")
+	descReadCacheMisses = desc("fibril_read_cache_misses_total", "Records read from segment files: reads that missed the tail cache and the node's read cache.")
+	descReadCacheBytes  = desc("fibril_read_cache_bytes", "Bytes of blocks the node's read cache holds.")
+	descReadCacheBudget = desc("fibril_read_cache_budget_bytes", "The node's read cache budget (storage.read_cache); 0 when it is off.")
+	descReadCacheOffers = desc("fibril_read_cache_blocks_offered_total", "Blocks offered to the node's read cache: leaving a tail cache, or read from a segment file.")
+	descReadCacheRefuse = desc("fibril_read_cache_blocks_refused_total", "Blocks the node's read cache turned away (its admission policy found them colder than what it holds).")
 )
 
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPublishes, descConfirms, descDeliveries, descNacked, descRefusals, descLatched, descQueues, descFailed} {
+	for _, d := range []*prometheus.Desc{descPublishes, descConfirms, descDeliveries, descNacked, descRefusals, descLatched, descQueues, descFailed,
+		descReadCacheHits, descReadCacheMisses, descReadCacheBytes, descReadCacheBudget, descReadCacheOffers, descReadCacheRefuse} {
 		ch <- d
 	}
 	for _, qm := range queueMetrics {
@@ -198,6 +208,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLatched, prometheus.GaugeValue, float64(latched))
 	ch <- prometheus.MustNewConstMetric(descQueues, prometheus.GaugeValue, float64(len(open)))
 	ch <- prometheus.MustNewConstMetric(descFailed, prometheus.GaugeValue, float64(len(c.b.QueueErrors())))
+	rc := c.b.ReadCache()
+	ch <- prometheus.MustNewConstMetric(descReadCacheHits, prometheus.CounterValue, float64(rc.Hits))
+	ch <- prometheus.MustNewConstMetric(descReadCacheMisses, prometheus.CounterValue, float64(rc.Misses))
+	ch <- prometheus.MustNewConstMetric(descReadCacheBytes, prometheus.GaugeValue, float64(rc.Held))
+	ch <- prometheus.MustNewConstMetric(descReadCacheBudget, prometheus.GaugeValue, float64(rc.Budget))
+	ch <- prometheus.MustNewConstMetric(descReadCacheOffers, prometheus.CounterValue, float64(rc.Offered))
+	ch <- prometheus.MustNewConstMetric(descReadCacheRefuse, prometheus.CounterValue, float64(rc.Refused))
 	c.m.eachQueue(func(q string, mode appliance.Durability) bool {
 		if m, ok := open[q]; ok {
 			return m == mode

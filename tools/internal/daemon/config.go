@@ -90,6 +90,7 @@ type StorageConfig struct {
 	DataDir     string `toml:"data_dir" help:"directory for queue logs and metadata"`
 	SegmentSize Size   `toml:"segment_size" help:"size at which a queue log starts a new segment (1MiB to 4GiB)"`
 	TailCache   Size   `toml:"tail_cache" help:"recently written records kept in memory, per partition"`
+	ReadCache   Size   `toml:"read_cache" help:"memory for one cache of queue log blocks for the whole node, serving readers that trail their writers past the tail cache (0 for off, or 1MiB to 1TiB)"`
 	DiskBudget  Size   `toml:"disk_budget" help:"most the data directory may hold; 0: no budget"`
 	MinFree     Size   `toml:"min_free" help:"refuse publishes below this much free disk; 0: off"`
 	// CheckpointDelay is how long after a change a partition is
@@ -272,6 +273,9 @@ func (c Config) valueProblems() []Problem {
 	}
 	if st.SegmentSize != 0 && (st.SegmentSize < 1<<20 || st.SegmentSize > 4<<30) {
 		bad("storage.segment_size", "%v is out of range (1MiB to 4GiB)", st.SegmentSize)
+	}
+	if st.ReadCache != 0 && (st.ReadCache < 1<<20 || st.ReadCache > 1<<40) {
+		bad("storage.read_cache", "%v is out of range (0 for off, or 1MiB to 1TiB)", st.ReadCache)
 	}
 	if d := time.Duration(st.CheckpointDelay); d != 0 && (d < 10*time.Millisecond || d > time.Hour) {
 		bad("storage.checkpoint_delay", "%v is out of range (10ms to 1h)", d)

@@ -18,7 +18,7 @@ func TestDefault(t *testing.T) {
 			MaxConnections: 1024, MaxPreHello: 256, MaxPreHelloPerSource: 64, PressureHelloTimeout: Duration(time.Second),
 			DeliveryBudget: 256 << 20, SlowConsumerGrace: Duration(5 * time.Second)},
 		Admin: AdminConfig{Listen: "127.0.0.1:7421", Hosts: []string{}, MaxConnections: 64, PublishBudget: 64 << 20},
-		Storage: StorageConfig{DataDir: "./data", SegmentSize: 16 << 20, TailCache: 1 << 20,
+		Storage: StorageConfig{DataDir: "./data", SegmentSize: 16 << 20, TailCache: 1 << 20, ReadCache: 32 << 20,
 			MinFree: 64 << 20, CheckpointDelay: Duration(30 * time.Second)},
 		Log:     LogConfig{Level: "info", Format: "text"},
 		Cluster: ClusterConfig{Peers: []string{}},
@@ -93,6 +93,7 @@ func TestValidate(t *testing.T) {
 		{"admin.tls_cert", func(c *Config) { c.Admin.TLSKey = "key.pem" }},
 		{"storage.data_dir", func(c *Config) { c.Storage.DataDir = "" }},
 		{"storage.segment_size", func(c *Config) { c.Storage.SegmentSize = 4096 }},
+		{"storage.read_cache", func(c *Config) { c.Storage.ReadCache = 64 << 10 }},
 		{"log.level", func(c *Config) { c.Log.Level = "loud" }},
 		{"log.format", func(c *Config) { c.Log.Format = "xml" }},
 	} {
@@ -117,7 +118,7 @@ func TestValidate(t *testing.T) {
 
 func TestSetEveryKey(t *testing.T) {
 	keys := Keys()
-	if len(keys) != 41 {
+	if len(keys) != 42 {
 		t.Fatalf("%d keys: %v", len(keys), keys)
 	}
 	values := map[string]string{
@@ -127,7 +128,7 @@ func TestSetEveryKey(t *testing.T) {
 		"server.delivery_budget": "8MiB", "server.slow_consumer_grace": "2s",
 		"admin.listen": "127.0.0.1:0", "admin.insecure": "true", "admin.hosts": "fibril.lan, gw", "admin.max_connections": "8", "admin.publish_budget": "2MiB",
 		"admin.tls_cert": "a.pem", "admin.tls_key": "ak.pem", "storage.data_dir": "/tmp/x", "storage.segment_size": "8MiB",
-		"storage.tail_cache": "4KiB", "storage.disk_budget": "10GB", "storage.min_free": "0",
+		"storage.tail_cache": "4KiB", "storage.read_cache": "0", "storage.disk_budget": "10GB", "storage.min_free": "0",
 		"storage.checkpoint_delay": "200ms", "log.level": "debug", "log.format": "json",
 		"cluster.node_id": "n1", "cluster.listen": "127.0.0.1:7422", "cluster.advertise": "10.0.0.1:7422",
 		"cluster.peers": "n2@10.0.0.2:7422, n3@10.0.0.3:7422", "cluster.bootstrap": "true", "cluster.non_voter": "false",

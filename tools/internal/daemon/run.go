@@ -115,8 +115,9 @@ func RunReloading(ctx context.Context, cfg Config, log *slog.Logger, reload Relo
 		Logger:          log,
 		SegmentSize:     int64(cfg.Storage.SegmentSize),
 		TailCacheBytes:  int64(cfg.Storage.TailCache),
+		ReadCacheBytes:  zeroOff(cfg.Storage.ReadCache),
 		DiskBudgetBytes: int64(cfg.Storage.DiskBudget),
-		MinFreeBytes:    minFree(cfg.Storage.MinFree),
+		MinFreeBytes:    zeroOff(cfg.Storage.MinFree),
 		CheckpointDelay: time.Duration(cfg.Storage.CheckpointDelay),
 	})
 	if err != nil {
@@ -237,7 +238,9 @@ func closeBroker(b *appliance.Broker, log *slog.Logger) error {
 
 // minFree maps the config's min_free (0: off) to the broker's option
 // (0: default, negative: off).
-func minFree(s Size) int64 {
+// zeroOff maps a size whose 0 means off to the broker's option, where 0
+// means the default and a negative value off.
+func zeroOff(s Size) int64 {
 	if s == 0 {
 		return -1
 	}
