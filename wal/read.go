@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
-	"slices"
 	"sort"
 )
 
@@ -47,15 +45,9 @@ func (l *Log) read(from, limit uint64, maxBytes int) ([]Record, error) {
 	total := 0
 	fits := func(n int) bool { return len(out) == 0 || total+n <= maxBytes }
 	var blk *cachedBlock // the node cache's block of o, when it holds one
-	// What this read brings in from the segment files goes to the read
-	// cache only if a reader since the last drop was a block or more
-	// behind it, and so will read it next; a reader that is the furthest
-	// behind would fill the cache with blocks nobody reads again. (A
-	// reader's own reads since the last drop go back about a block.)
-	share := false
+	share := false // what this read brings in from the files goes to the read cache
 	if l.opts.ReadCache != nil {
-		share = l.readLow.Load()+tailBlockLen < from
-		l.noteRead(from)
+		share = l.noteRead(from)
 	}
 	for o := from; o < limit; {
 		if rec, ok := l.cached(o); ok {
@@ -136,130 +128,11 @@ func (l *Log) cached(offset uint64) (Record, bool) {
 	return rec, status == decodeOK
 }
 
-// fromReadCache returns offset's record from the node's read cache after
-// checking it. *blk is the block the last call found, looked up again only
-// when offset leaves it.
-func (l *Log) fromReadCache(blk **cachedBlock, offset uint64) (Record, bool) {
-	rc := l.opts.ReadCache
-	if rc == nil {
-		return Record{}, false
-	}
-	gen, id := l.cacheGen.Load(), offset>>tailBlockShift
-	if b := *blk; b == nil || b.gen != gen || b.id != id {
-		if *blk = rc.block(gen, id); *blk == nil {
-			return Record{}, false
-		}
-	}
-	b := (*blk).recs[offset&(tailBlockLen-1)]
-	if b == nil {
-		return Record{}, false
-	}
-	rec, _, status, _ := decodeRecord(b, offset, l.opts.MaxRecordSize)
-	return rec, status == decodeOK
-}
-
-// noteRead lowers readLow to from.
-func (l *Log) noteRead(from uint64) {
-	for {
-		low := l.readLow.Load()
-		if from >= low || l.readLow.CompareAndSwap(low, from) {
-			return
-		}
-	}
-}
-
-// leaveTail is handed the blocks the tail cache drops at once, on the
-// writer's goroutine. A block goes to the read cache only if a read since
-// the last drop was at or below its first offset: that reader trails the whole
-// tail window and will read the block next. Readers closer to the writer
-// (consumers keeping up, the replication stream) will not read it again,
-// and offering every block of every log would churn the read cache past
-// what the readers that trail need from it. (The reads since the last
-// drop go back about a block, the drops' spacing, so a reader at the
-// writer has read below the end of the block dropped, never below its
-// start.)
-//
-// Blocks it offered that every reader since the last drop has passed are
-// taken out of the read cache again: read once, they would otherwise hold
-// the room, and the frequency of use its admission policy weighs, that the
-// next blocks need.
-func (l *Log) leaveTail(gone []goneBlock) {
-	rc, gen := l.opts.ReadCache, l.cacheGen.Load()
-	low := l.readLow.Swap(math.MaxUint64)
-	l.offerMu.Lock()
-	defer l.offerMu.Unlock()
-	if low != math.MaxUint64 {
-		l.offered = slices.DeleteFunc(l.offered, func(id uint64) bool {
-			if (id+1)<<tailBlockShift > low {
-				return false
-			}
-			rc.del(gen, id)
-			return true
-		})
-	}
-	for _, g := range gone {
-		if low <= g.id<<tailBlockShift {
-			rc.put(gen, g.id, &g.b.recs)
-			l.offeredLocked(g.id)
-		}
-	}
-}
-
-// maxOffered bounds the blocks a log remembers offering: past it, the
-// oldest are left to the read cache's own eviction.
-const maxOffered = 1024
-
-// offeredLocked remembers that block id was offered; the caller holds
-// offerMu.
-func (l *Log) offeredLocked(id uint64) {
-	if n := len(l.offered); n > 0 && l.offered[n-1] == id {
-		return
-	}
-	if len(l.offered) == maxOffered {
-		l.offered = append(l.offered[:0], l.offered[1:]...)
-	}
-	l.offered = append(l.offered, id)
-}
-
-// offerRead hands the node's read cache the records just read from a
-// segment file, encoded, one block at a time: raws[i] is offset first+i.
-// Like the blocks leaving the tail, they are taken out again once the
-// readers have passed them (leaveTail).
-func (l *Log) offerRead(first uint64, raws [][]byte) {
-	rc := l.opts.ReadCache
-	if rc == nil || len(raws) == 0 {
-		return
-	}
-	gen := l.cacheGen.Load()
-	l.offerMu.Lock()
-	defer l.offerMu.Unlock()
-	var recs [tailBlockLen][]byte
-	id := first >> tailBlockShift
-	for i, raw := range raws {
-		o := first + uint64(i)
-		if o>>tailBlockShift != id {
-			rc.put(gen, id, &recs)
-			l.offeredLocked(id)
-			recs, id = [tailBlockLen][]byte{}, o>>tailBlockShift
-		}
-		recs[o&(tailBlockLen-1)] = raw
-	}
-	rc.put(gen, id, &recs)
-	l.offeredLocked(id)
-}
-
-// forgetReads drops what was read before a range was declared lost: the
-// read-ahead chunks, and this log's blocks in the node's read cache (by
-// moving to a new generation), so no reader is served from the hole.
-func (l *Log) forgetReads() {
-	l.cacheGen.Store(nextCacheGen())
-	l.ahead.reset()
-}
-
 // readSegment reads a run of records starting at offset from the segment
 // that holds it, up to limit, bringing in about budget bytes; share hands
 // what it read to the read cache.
 func (l *Log) readSegment(offset, limit uint64, budget int, share bool) ([]Record, error) {
+	gen := l.cacheGen.Load() // before the holes are looked at
 	seg, err := l.segmentFor(offset)
 	if err != nil {
 		return nil, err
@@ -303,7 +176,7 @@ func (l *Log) readSegment(offset, limit uint64, budget int, share bool) ([]Recor
 			o++
 		}
 		if len(all) > 0 {
-			l.offerRead(offset, raws)
+			l.offerRead(gen, offset, raws)
 			// The budget's share now; the rest is kept for the next read.
 			out, total := all[:1], len(all[0].Payload)
 			for _, rec := range all[1:] {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -149,15 +150,21 @@ func TestReadCacheKeepsLogsApart(t *testing.T) {
 	if _, err := b.Append(context.Background(), eb, AfterFlush); err != nil {
 		t.Fatal(err)
 	}
-	// A reader behind at record 0 on each log; another, more than a block
-	// ahead, reads on from 100.
-	readEach(t, a, 0, 1, func(i int) []byte { return payload(i, 100) })
-	readEach(t, b, 0, 1, other)
+	// On each log, a reader at 100 and another, more than a block behind
+	// it, at 0; then the first reads on.
+	for _, l := range []*Log{a, b} {
+		want := other
+		if l == a {
+			want = func(i int) []byte { return payload(i, 100) }
+		}
+		readEach(t, l, 100, 101, want)
+		readEach(t, l, 0, 1, want)
+	}
 	a.ahead.reset() // as when other readers have taken the read-ahead slots
 	b.ahead.reset()
 	for round := range 2 {
-		readEach(t, a, 100, n, func(i int) []byte { return payload(i, 100) })
-		readEach(t, b, 100, n, other)
+		readEach(t, a, 101, n, func(i int) []byte { return payload(i, 100) })
+		readEach(t, b, 101, n, other)
 		rc.wait()
 		a.ahead.reset()
 		b.ahead.reset()
@@ -196,9 +203,11 @@ func TestReadCacheForgetsALostRange(t *testing.T) {
 	// One record at a time, each read's offers admitted before the next:
 	// a block offered again before ristretto has admitted its first offer
 	// would be turned away (a cache may drop; this test counts).
+	readEach(t, l, 100, 101, func(i int) []byte { return payload(i, 100) })
 	readEach(t, l, 0, 1, func(i int) []byte { return payload(i, 100) }) // a reader behind
+	l.ahead.reset()
 	for range 2 {
-		for o := uint64(100); o < n; o++ {
+		for o := uint64(101); o < n; o++ {
 			readEach(t, l, o, o+1, func(i int) []byte { return payload(i, 100) })
 			rc.wait()
 		}
@@ -228,5 +237,137 @@ func TestReadCacheForgetsALostRange(t *testing.T) {
 	var hole *HoleError
 	if _, err := l.ReadWritten(victim, 1); !errors.As(err, &hole) {
 		t.Fatalf("read of a quarantined offset: %v, want a hole", err)
+	}
+}
+
+// A read from a segment file under way when its segment is quarantined
+// offers what it read under the generation from before: the quarantined
+// records are not served from the read cache afterwards.
+func TestReadCacheQuarantineDuringARead(t *testing.T) {
+	rc, err := NewReadCache(4 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	var armed atomic.Bool
+	entered, release := make(chan struct{}), make(chan struct{})
+	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpFileReadAt && armed.CompareAndSwap(true, false) {
+			close(entered)
+			<-release
+		}
+		return nil
+	}))
+	l := mustOpen(t, fs, "log", Options{SegmentSize: 4 << 10, TailCacheBytes: 4 << 10, ReadCache: rc})
+	defer l.Close()
+	const n = 400
+	for i := 0; i < n; i += 5 {
+		if _, err := l.Append(testCtx(t), entries(i, 5, 100), AfterFsync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.segMu.RLock()
+	var victim uint64 // a sealed segment past 100
+	for _, s := range l.segs[:len(l.segs)-1] {
+		if s.base >= 100 {
+			victim = s.base
+			break
+		}
+	}
+	l.segMu.RUnlock()
+	// A reader ahead and one behind, so that what is read is shared.
+	readEach(t, l, 300, 301, func(i int) []byte { return payload(i, 100) })
+	readEach(t, l, 0, 1, func(i int) []byte { return payload(i, 100) })
+	armed.Store(true)
+	done := make(chan error)
+	go func() {
+		_, err := l.ReadWritten(victim, 1)
+		done <- err
+	}()
+	<-entered
+	if _, err := l.Quarantine(victim); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	rc.wait()
+	if s := rc.Stats(); s.Offered == 0 {
+		t.Fatal("the read under way offered nothing: the test does not test")
+	}
+	l.ahead.reset() // what the read-ahead holds is another matter
+	var hole *HoleError
+	if recs, err := l.ReadWritten(victim, 1); !errors.As(err, &hole) {
+		t.Fatalf("read of quarantined offset %d: %d records, %v, want a hole (read cache hits %d)", victim, len(recs), err, l.Status().ReadCacheHits)
+	}
+}
+
+// A lone reader going through a log, idle or being written, offers the
+// read cache nothing of what it reads from the segment files: nobody is
+// behind it to read it again.
+func TestReadCacheLoneReaderOffersNothing(t *testing.T) {
+	for _, tail := range []int64{16 << 10, -1} {
+		rc, err := NewReadCache(4 << 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := mustOpen(t, vfs.NewMem(), "log", Options{TailCacheBytes: tail, ReadCache: rc})
+		const n = 20000
+		for i := 0; i < n; i += 100 {
+			if _, err := l.Append(testCtx(t), entries(i, 100, 100), AfterFlush); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for from := uint64(0); from < n-2000; {
+			recs, err := l.ReadWritten(from, 8<<10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			from += uint64(len(recs))
+		}
+		rc.wait()
+		if s := rc.Stats(); s.Offered != 0 || s.Held != 0 {
+			t.Fatalf("tail cache %d: a lone reader offered %d blocks (%d bytes held)", tail, s.Offered, s.Held)
+		}
+		_ = l.Close()
+		rc.Close()
+	}
+}
+
+// Closing the read cache while logs still hand it blocks and read from it
+// is safe: they read past it from then on.
+func TestReadCacheCloseWhileInUse(t *testing.T) {
+	for range 20 {
+		rc, err := NewReadCache(1 << 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var recs [tailBlockLen][]byte
+		recs[0] = []byte("x")
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := uint64(0); ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					rc.offer(uint64(g), i, &recs)
+					rc.takeOut(uint64(g), i/2)
+					rc.block(uint64(g), i/3)
+				}
+			}()
+		}
+		rc.Close()
+		if rc.block(0, 0) != nil {
+			t.Fatal("a closed cache served a block")
+		}
+		close(stop)
+		wg.Wait()
 	}
 }

@@ -101,13 +101,13 @@ func Open(dir string, opts Options) (*Log, error) {
 	l.recovery.Duration = time.Since(start)
 	l.readAhead = readAheadBytes(opts.TailCacheBytes)
 	l.cacheGen.Store(nextCacheGen())
+	l.readLow.Store(math.MaxUint64)
 	if opts.TailCacheBytes > 0 {
 		if l.cache, err = newTailCache(opts.TailCacheBytes); err != nil {
 			l.closeFiles()
 			return nil, err
 		}
-		if rc := opts.ReadCache; rc != nil {
-			l.readLow.Store(math.MaxUint64)
+		if opts.ReadCache != nil {
 			l.cache.leave = l.leaveTail
 		}
 	}
