@@ -45,7 +45,8 @@ func (l *Log) read(from, limit uint64, maxBytes int) ([]Record, error) {
 	total := 0
 	fits := func(n int) bool { return len(out) == 0 || total+n <= maxBytes }
 	var blk *cachedBlock // the node cache's block of o, when it holds one
-	share := false // what this read brings in from the files goes to the read cache
+	// share hands what this read brings in from the files to the read cache.
+	share := false
 	if l.opts.ReadCache != nil {
 		share = l.noteRead(from)
 	}
