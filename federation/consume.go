@@ -202,7 +202,7 @@ func (p *proxyConsumer) handle(ctx context.Context, d *client.Delivery) error {
 	}
 	p.deliver(appliance.Delivery{Tag: tag, Queue: d.Queue, Partition: d.Partition, Offset: d.Offset,
 		Incarnation: d.Incarnation, Deliveries: uint32(d.Deliveries), MessageID: d.ID, Key: d.Key,
-		Headers: headers, Body: d.Body})
+		Headers: headers, Body: d.Body, PublishedAt: d.PublishedAt})
 	return nil
 }
 

@@ -14,7 +14,8 @@ import (
 )
 
 // A consumer may connect to any node: a node that does not own the queue
-// consumes it on the owner and passes deliveries and settles through.
+// consumes it on the owner and passes deliveries and settles through, with
+// when the owner took each publish.
 // What the proxied consumer leaves unsettled when it closes is ready again
 // on the owner, released without counting a delivery (as a local
 // subscription's close releases it).
@@ -26,6 +27,7 @@ func TestConsumeThroughAnyNode(t *testing.T) {
 	through := nodes.other(owner)
 	cl := through.dial(t, ctx)
 	const total, kept = 300, 20
+	before := time.Now()
 	for i := range total {
 		if _, err := cl.Publish(ctx, "jobs", client.Message{Key: fmt.Sprint(i % 4), Body: []byte(fmt.Sprint(i))}); err != nil {
 			t.Fatalf("publish %d through %s (owner %s): %v", i, through.id, owner.id, err)
@@ -48,6 +50,9 @@ func TestConsumeThroughAnyNode(t *testing.T) {
 				t.Fatalf("%s delivered twice", body)
 			}
 			seen[body] = true
+			if d.PublishedAt.Before(before) || d.PublishedAt.After(time.Now()) {
+				t.Fatalf("%s published at %v through the proxy, want after %v", body, d.PublishedAt, before)
+			}
 			if len(seen) > total-kept {
 				unacked = append(unacked, body) // left unsettled
 				continue

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fibril-edge/fibril/appliance/wire"
 )
@@ -193,6 +194,9 @@ func TestManualAck(t *testing.T) {
 			t.Fatalf("OnError got %v, want the handler's error", err)
 		}
 		d := <-got
+		if want := time.Unix(0, fakePublishedAt+int64(d.Offset)); !d.PublishedAt.Equal(want) {
+			t.Errorf("published at %v, want %v", d.PublishedAt, want)
+		}
 		if err := d.Ack(); err != nil {
 			t.Fatal(err)
 		}

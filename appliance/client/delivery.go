@@ -33,6 +33,9 @@ type Delivery struct {
 	Incarnation uint64
 	Deliveries  int    // 1 on the first delivery, then 2, 3, …
 	Tag         uint64 // the broker's delivery tag, valid on this connection only
+	// PublishedAt is when the queue's owner took the publish, by its
+	// clock; zero from a broker of protocol version 5 or older.
+	PublishedAt time.Time
 
 	consumer *Consumer
 	conn     *conn  // the connection it arrived on

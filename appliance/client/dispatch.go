@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/fibril-edge/fibril/appliance/wire"
 )
@@ -29,6 +30,9 @@ func (s *Consumer) push(cn *conn, f *wire.Deliver) {
 		Tag:         f.Tag,
 		consumer:    s,
 		conn:        cn,
+	}
+	if f.PublishedAt != 0 {
+		d.PublishedAt = time.Unix(0, f.PublishedAt)
 	}
 	s.mu.Lock()
 	if s.state != subActive || s.conn != cn {

@@ -78,6 +78,9 @@ type fakeConn struct {
 
 // newFake starts a fake on loopback; configure sets its fields before it
 // accepts connections.
+// fakePublishedAt is when the fake took its first message, in Unix ns.
+const fakePublishedAt = 1_700_000_000_000_000_000
+
 func newFake(t *testing.T, configure ...func(*fakeServer)) *fakeServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -417,12 +420,12 @@ func (s *fakeServer) dispatchLocked(q *fakeQueue) {
 		if to == nil {
 			return
 		}
-		m := q.ready[0]
+		m := q.ready[0] // published at fakePublishedAt plus its offset, in ns
 		q.ready = q.ready[1:]
 		m.deliveries++
 		s.nextTag++
 		to.held[s.nextTag] = m
 		to.fc.send(&wire.Deliver{SubID: to.id, Tag: s.nextTag, Offset: m.offset, Deliveries: m.deliveries,
-			MessageID: m.id, Headers: m.headers, Body: m.body})
+			MessageID: m.id, Headers: m.headers, Body: m.body, PublishedAt: fakePublishedAt + int64(m.offset)})
 	}
 }

@@ -40,6 +40,9 @@ func (s *subscription) deliver(d appliance.Delivery) {
 		SubID: s.id, Tag: d.Tag, Partition: uint16(d.Partition), Offset: d.Offset, Incarnation: d.Incarnation,
 		Deliveries: d.Deliveries, MessageID: d.MessageID, Key: d.Key, Headers: fromHeaders(d.Headers), Body: d.Body,
 	}
+	if !d.PublishedAt.IsZero() {
+		f.PublishedAt = d.PublishedAt.UnixNano()
+	}
 	if n := f.FrameLen(); n > s.c.s.opts.MaxFrame {
 		// Publishes that would not fit are refused, but a dead-letter copy
 		// gains headers. Discard it rather than lease it forever.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -15,7 +16,8 @@ import (
 // incarnation of the partition log it was written in and the message's
 // key; a client of version 1 gets the version 1 layout, without them. The
 // message is published after a crash, so that its incarnation is not a
-// new log's 0.
+// new log's 0. A client of version 6 also gets when the broker took the
+// publish; one of version 5 does not.
 func TestDeliverByVersion(t *testing.T) {
 	ctx := context.Background()
 	mem := vfs.NewCrashableMem()
@@ -38,15 +40,19 @@ func TestDeliverByVersion(t *testing.T) {
 	}
 	b = open(crashed)
 	// Written after the crash, in the log's incarnation 1.
+	before := time.Now()
 	if _, err := b.Publish(ctx, "q", appliance.Message{ID: "m-1", Key: "device-9", Body: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
+	after := time.Now()
 	ts := serveBroker(t, b, Options{}, nil)
 
 	for _, tc := range []struct {
 		version uint16
 		want    wire.Deliver // SubID, MessageID, Key, Incarnation
 	}{
+		{6, wire.Deliver{SubID: 6, MessageID: "m-1", Key: "device-9", Incarnation: 1, PublishedAt: 1}},
+		{5, wire.Deliver{SubID: 5, MessageID: "m-1", Key: "device-9", Incarnation: 1}},
 		{2, wire.Deliver{SubID: 2, MessageID: "m-1", Key: "device-9", Incarnation: 1}},
 		{1, wire.Deliver{SubID: 1, MessageID: "m-1"}},
 	} {
@@ -63,6 +69,10 @@ func TestDeliverByVersion(t *testing.T) {
 		if !isDeliver || d.SubID != tc.want.SubID || d.MessageID != tc.want.MessageID ||
 			d.Key != tc.want.Key || d.Incarnation != tc.want.Incarnation {
 			t.Fatalf("version %d: got %+v, want %+v", tc.version, d, tc.want)
+		}
+		if at := time.Unix(0, d.PublishedAt); (tc.want.PublishedAt != 0) != (d.PublishedAt != 0) ||
+			d.PublishedAt != 0 && (at.Before(before) || at.After(after)) {
+			t.Fatalf("version %d: published at %v, want %v within %v to %v", tc.version, d.PublishedAt, tc.want.PublishedAt != 0, before, after)
 		}
 		c.nc.Close()
 	}

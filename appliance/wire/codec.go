@@ -46,7 +46,7 @@ var specs = [256]frameSpec{
 	TypeUnsubscribe:    {"Unsubscribe", 8 + 4, true, decodeUnsubscribe},
 	TypeUnsubscribed:   {"Unsubscribed", 8 + 4, true, decodeUnsubscribed},
 	TypeCredit:         {"Credit", 4 + 4, true, decodeCredit},
-	TypeDeliver:        {"Deliver", 4 + 8 + 2 + 8 + 8 + 4 + 2 + 2 + 2 + 4, false, decodeDeliver},
+	TypeDeliver:        {"Deliver", 4 + 8 + 2 + 8 + 8 + 4 + 2 + 2 + 2 + 4 + 8, false, decodeDeliver},
 	TypeAck:            {"Ack", 4 + 4, false, decodeAck},
 	TypeNack:           {"Nack", 4 + 4 + 1 + 4, false, decodeNack},
 	TypeSettleError:    {"SettleError", 4 + 8 + 2 + 2, false, decodeSettleError},
@@ -67,11 +67,16 @@ const confirmV4Bytes = 1
 // nackV5Bytes is what version 5 added to Nack: its DelayMillis (u32).
 const nackV5Bytes = 4
 
+// deliverV6Bytes is what version 6 added to Deliver: PublishedAt (u64).
+const deliverV6Bytes = 8
+
 // minBody is the body of the zero-valued frame of type t in version v.
 func minBody(t FrameType, v uint16) int {
 	switch {
 	case t == TypeDeliver && v < 2:
-		return specs[t].minBody - deliverV2Bytes
+		return specs[t].minBody - deliverV2Bytes - deliverV6Bytes
+	case t == TypeDeliver && v < 6:
+		return specs[t].minBody - deliverV6Bytes
 	case t == TypeDeclare && v < 3:
 		return specs[t].minBody - declareV3Bytes
 	case t == TypeConfirm && v < 4:

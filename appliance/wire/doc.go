@@ -37,7 +37,9 @@
 // requests QueueInfo, PurgeQueue and DeleteQueue with their replies
 // QueueInfoReply, Purged and Deleted, error code served_elsewhere, the
 // Extend frame, and DelayMillis at the end of Nack. A Writer set to an
-// older version refuses a Nack with a delay. A Reader and a Writer use version 5's layout
+// older version refuses a Nack with a delay. Version 6 adds PublishedAt at
+// the end of Deliver (when the owner took the publish). A Reader and a
+// Writer use version 6's layout
 // until SetVersion gives them the version HelloOK settled for the
 // connection (Hello and HelloOK are the same in all). A Reader set to an
 // older version rejects the newer frame types and codes as a peer of that

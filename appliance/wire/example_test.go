@@ -36,7 +36,7 @@ func Example() {
 		fmt.Println("failed:", f)
 	}
 	// Output:
-	// session 7 version 5
+	// session 7 version 6
 	// confirmed 1 at 0 41
 }
 

@@ -7,18 +7,19 @@ import "fmt"
 // the dedupe table's bounds to Declare, version 4 the mode to Confirm and
 // the SetMode request, version 5 the queue management requests
 // (QueueInfo, PurgeQueue, DeleteQueue), their replies and the
-// served_elsewhere error code; every other frame is the same in all five.
+// served_elsewhere error code, version 6 PublishedAt to Deliver; every
+// other frame is the same in all six.
 // A Reader and a Writer use Version until told the version a connection
 // settled on (SetVersion).
 const (
-	Version    uint16 = 5
+	Version    uint16 = 6
 	MinVersion uint16 = 1
 )
 
 // FrameType is the byte after a frame's length.
 type FrameType uint8
 
-// Frame types of versions 1 to 5. 0x0_ is the session, 0x1_ declaring,
+// Frame types of versions 1 to 6. 0x0_ is the session, 0x1_ declaring,
 // 0x2_ publishing, 0x3_ consuming. Type 0 is never valid.
 const (
 	TypeHello          FrameType = 0x01 // client → server, first frame

@@ -124,6 +124,7 @@ func decodeCredit(d decoder) (Frame, error) {
 // Deliver hands one message to a subscription under a delivery tag.
 // Incarnation and Key are fields of version 2: a version 1 Deliver has
 // neither (they decode as 0 and "", and are left out when encoding it).
+// PublishedAt is a field of version 6 (0 before, and left out).
 type Deliver struct {
 	SubID     uint32
 	Tag       uint64 // never 0; settles this delivery, on this subscription and connection only
@@ -138,6 +139,11 @@ type Deliver struct {
 	Key         string // opaque; the key it was published with
 	Headers     []Header
 	Body        []byte
+	// PublishedAt is when the queue's owner took the publish, in Unix
+	// nanoseconds of its clock; 0 when unknown. With the publisher's own
+	// send time on the same clock, it splits a message's latency into
+	// publish to receive and receive to deliver.
+	PublishedAt int64
 }
 
 func (*Deliver) Type() FrameType { return TypeDeliver }
@@ -158,7 +164,11 @@ func (f *Deliver) appendBodyVersion(b []byte, v uint16) []byte {
 		b = appendString(b, f.Key)
 	}
 	b = appendHeaders(b, f.Headers)
-	return appendBytes(b, f.Body)
+	b = appendBytes(b, f.Body)
+	if v >= 6 {
+		b = appendU64(b, uint64(f.PublishedAt))
+	}
+	return b
 }
 
 func (f *Deliver) Validate() error {
@@ -182,6 +192,9 @@ func decodeDeliver(d decoder) (Frame, error) {
 	}
 	f.Headers = d.headers()
 	f.Body = d.bytes("Body")
+	if d.version >= 6 {
+		f.PublishedAt = int64(d.u64("PublishedAt"))
+	}
 	return f, d.finish()
 }
 

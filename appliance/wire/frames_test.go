@@ -182,12 +182,14 @@ func TestDeliverLen(t *testing.T) {
 // Writer and a Reader set to version 1 leave them out and read it back
 // without them, byte for byte the version 1 layout; set to version 2 they
 // carry both; this Deliver in one layout does not decode in the other.
+// The same for PublishedAt, which versions 6 and later carry.
 func TestDeliverVersions(t *testing.T) {
 	d := &Deliver{SubID: 2, Tag: 99, Partition: 1, Offset: 12345, Incarnation: 3, Deliveries: 1,
 		MessageID: "m-1", Key: "device-9", Headers: []Header{{"k", "v"}}, Body: []byte("body")}
 	v1 := raw(TypeDeliver, u32(2), u64(99), u16(1), u64(12345), u32(1), str("m-1"), u16(1), str("k"), str("v"), u32(4), []byte("body"))
-	v2 := raw(TypeDeliver, u32(2), u64(99), u16(1), u64(12345), u64(3), u32(1), str("m-1"), str("device-9"),
-		u16(1), str("k"), str("v"), u32(4), []byte("body"))
+	v2parts := [][]byte{u32(2), u64(99), u16(1), u64(12345), u64(3), u32(1), str("m-1"), str("device-9"),
+		u16(1), str("k"), str("v"), u32(4), []byte("body")}
+	v2 := raw(TypeDeliver, v2parts...)
 	for _, tc := range []struct {
 		version uint16
 		bytes   []byte
@@ -199,6 +201,14 @@ func TestDeliverVersions(t *testing.T) {
 	} {
 		checkLayout(t, d, tc.version, 3-tc.version, tc.bytes, tc.want)
 	}
+
+	// Version 6 adds PublishedAt at the end; version 5 leaves it out.
+	d.PublishedAt = 1_700_000_000_123_456_789
+	v6 := raw(TypeDeliver, append(v2parts, u64(uint64(d.PublishedAt)))...)
+	v5 := *d
+	v5.PublishedAt = 0
+	checkLayout(t, d, 6, 5, v6, d)
+	checkLayout(t, d, 5, 6, v2, &v5)
 }
 
 // checkLayout writes f in version v's layout and wants exactly b; reads b

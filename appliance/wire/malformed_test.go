@@ -49,7 +49,7 @@ func TestMalformedFrames(t *testing.T) {
 		{"huge tag count", raw(TypeAck, u32(1), u32(0xFFFFFFFF), u64(1)), ErrMalformed, "Tags"},
 		{"huge header count", raw(TypePublish, u64(1), str("q"), str(""), str(""), u16(0xFFFF), u32(0)), ErrMalformed, "Headers"},
 		{"queue not UTF-8", raw(TypeSubscribe, u64(1), u32(1), str("q\xff"), u32(1)), ErrMalformed, "Queue"},
-		{"header key not UTF-8", raw(TypeDeliver, u32(1), u64(1), u16(0), u64(0), u64(0), u32(1), str(""), str(""), u16(1), str("\xc3"), str(""), u32(0)), ErrMalformed, "Headers.Key"},
+		{"header key not UTF-8", raw(TypeDeliver, u32(1), u64(1), u16(0), u64(0), u64(0), u32(1), str(""), str(""), u16(1), str("\xc3"), str(""), u32(0), u64(0)), ErrMalformed, "Headers.Key"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -54,7 +54,11 @@ connections, --payload-byte messages and one consumer that acks:
   saturation                   publish as fast as confirms come, at most
                                --window publishes in flight per publisher
 Every open-loop message carries its intended send time: latency is from it
-to the confirm and to the delivery, so a stall is never hidden. A run that
+to the confirm and to the delivery, so a stall is never hidden. The delivery
+is also split where the broker took the publish (its owner, in a cluster:
+fibril says when in each delivery, JetStream in its metadata): receive, from
+the intended send time to then, and receive_to_deliver, from then to the
+consumer. A run that
 has not confirmed and delivered everything within a grace period after its
 schedule (the larger of 500 ms and a tenth of the schedule) is reported as
 not sustained, with the rate it reached, and without latencies.

@@ -60,12 +60,12 @@ func (s *fakeStream) Publish(p int, body []byte) (Pending, error) {
 	return pend, nil
 }
 
-func (s *fakeStream) Consume(ctx context.Context, deliver func([]byte)) error {
+func (s *fakeStream) Consume(ctx context.Context, deliver func([]byte, time.Time)) error {
 	s.wg.Go(func() {
 		for {
 			select {
 			case b := <-s.deliveries:
-				deliver(b)
+				deliver(b, time.Time{})
 			case <-s.stop:
 				return
 			}

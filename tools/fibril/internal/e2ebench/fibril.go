@@ -169,7 +169,7 @@ func (s *fibrilStream) Publish(p int, body []byte) (Pending, error) {
 	return fibrilPending{s.pubs[p][s.group[q]].PublishAsync(s.queues[q], client.Message{Body: body})}, nil
 }
 
-func (s *fibrilStream) Consume(ctx context.Context, deliver func([]byte)) error {
+func (s *fibrilStream) Consume(ctx context.Context, deliver func([]byte, time.Time)) error {
 	prefetch := s.target.Prefetch
 	switch {
 	case prefetch == 0 && len(s.queues) > 1:
@@ -180,7 +180,7 @@ func (s *fibrilStream) Consume(ctx context.Context, deliver func([]byte)) error 
 	handler := func(_ context.Context, d *client.Delivery) error {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		deliver(d.Body)
+		deliver(d.Body, d.PublishedAt)
 		return nil
 	}
 	for i, q := range s.queues {

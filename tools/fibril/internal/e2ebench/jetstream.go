@@ -114,14 +114,18 @@ func (s *jsStream) Publish(p int, body []byte) (Pending, error) {
 	}
 }
 
-func (s *jsStream) Consume(ctx context.Context, deliver func([]byte)) error {
+func (s *jsStream) Consume(ctx context.Context, deliver func([]byte, time.Time)) error {
 	cons, err := s.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "bench",
 		AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: s.maxAckPending})
 	if err != nil {
 		return fmt.Errorf("jetstream: create consumer on %s: %w", s.name, err)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		deliver(m.Data())
+		var received time.Time // when the stream stored it
+		if meta, err := m.Metadata(); err == nil {
+			received = meta.Timestamp
+		}
+		deliver(m.Data(), received)
 		m.Ack()
 	})
 	if err != nil {

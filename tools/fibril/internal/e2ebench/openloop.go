@@ -105,6 +105,7 @@ func RunOpenLoop(ctx context.Context, t Target, name string, s Schedule, o RunOp
 	rec.mu.Lock()
 	res.Delivered = rec.delivered
 	deliverLat := slices.Clone(rec.deliverLat)
+	receiveLat, afterLat := slices.Clone(rec.receiveLat), slices.Clone(rec.afterLat)
 	lastDelivery := rec.lastDelivery
 	rec.mu.Unlock()
 
@@ -116,6 +117,10 @@ func RunOpenLoop(ctx context.Context, t Target, name string, s Schedule, o RunOp
 	if res.Sustained {
 		c, d := summarize(confirmLat), summarize(deliverLat)
 		res.Confirm, res.Deliver = &c, &d
+		if len(receiveLat) == len(deliverLat) {
+			r, a := summarize(receiveLat), summarize(afterLat)
+			res.Receive, res.ReceiveToDeliver = &r, &a
+		}
 	}
 	if len(lag) > 0 {
 		l := summarize(lag)

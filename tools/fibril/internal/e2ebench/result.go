@@ -74,8 +74,15 @@ type Result struct {
 	SendLag *Latency `json:"send_lag,omitempty"`
 	Confirm *Latency `json:"confirm,omitempty"`
 	Deliver *Latency `json:"deliver,omitempty"`
-	Broker  *Usage   `json:"broker,omitempty"`
-	Env     Env      `json:"env"`
+	// Receive runs from the intended send time to when the broker took
+	// the publish (its owner, in a cluster), ReceiveToDeliver from then
+	// to the delivery at the consumer: Deliver split in two. Only when
+	// the broker says when it took each publish (fibril from protocol
+	// version 6, JetStream's stored time), on the bench's clock.
+	Receive          *Latency `json:"receive,omitempty"`
+	ReceiveToDeliver *Latency `json:"receive_to_deliver,omitempty"`
+	Broker           *Usage   `json:"broker,omitempty"`
+	Env              Env      `json:"env"`
 }
 
 // Label is "system mode", e.g. "fibril durable".

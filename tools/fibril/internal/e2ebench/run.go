@@ -47,17 +47,21 @@ func (o RunOptions) withDefaults(d time.Duration) RunOptions {
 // recorder collects what one run observes; all methods are safe for
 // concurrent use.
 type recorder struct {
-	mu           sync.Mutex
-	total        int // measured messages; indexes at or above are warm-up
-	seen         []bool
-	delivered    int
-	warm         int
-	deliverLat   []time.Duration
-	lastDelivery time.Time
-	progress     func(int)
-	allIn        chan struct{} // closed when every measured message arrived
-	warmIn       chan struct{} // closed when every warm-up message arrived
-	warmWant     int
+	mu         sync.Mutex
+	total      int // measured messages; indexes at or above are warm-up
+	seen       []bool
+	delivered  int
+	warm       int
+	deliverLat []time.Duration
+	// receiveLat is from the intended send time to the broker taking the
+	// publish, afterLat from then to the delivery, for the deliveries
+	// whose broker says when it took them.
+	receiveLat, afterLat []time.Duration
+	lastDelivery         time.Time
+	progress             func(int)
+	allIn                chan struct{} // closed when every measured message arrived
+	warmIn               chan struct{} // closed when every warm-up message arrived
+	warmWant             int
 }
 
 func newRecorder(total, warmup int, progress func(int)) *recorder {
@@ -66,7 +70,7 @@ func newRecorder(total, warmup int, progress func(int)) *recorder {
 }
 
 // deliver is the consumer's callback.
-func (r *recorder) deliver(body []byte) {
+func (r *recorder) deliver(body []byte, received time.Time) {
 	now := time.Now()
 	intended, idx, err := DecodeBody(body)
 	if err != nil {
@@ -87,6 +91,10 @@ func (r *recorder) deliver(body []byte) {
 	r.seen[idx] = true
 	r.delivered++
 	r.deliverLat = append(r.deliverLat, now.Sub(intended))
+	if !received.IsZero() {
+		r.receiveLat = append(r.receiveLat, received.Sub(intended))
+		r.afterLat = append(r.afterLat, now.Sub(received))
+	}
 	r.lastDelivery = now
 	if r.progress != nil && r.delivered%256 == 0 {
 		r.progress(r.delivered)

@@ -27,7 +27,7 @@ func RunSaturation(ctx context.Context, t Target, name string, publishers int, d
 	stopAt.Store(1 << 62)
 	rec := newRecorder(0, o.Warmup, nil)
 	rec.total = unbounded
-	counting := func(body []byte) {
+	counting := func(body []byte, received time.Time) {
 		if _, idx, err := DecodeBody(body); err == nil && idx < unbounded {
 			if time.Now().UnixNano() >= stopAt.Load() {
 				return
@@ -37,7 +37,7 @@ func RunSaturation(ctx context.Context, t Target, name string, publishers int, d
 			}
 			return
 		}
-		rec.deliver(body)
+		rec.deliver(body, received)
 	}
 	if err := st.Consume(ctx, counting); err != nil {
 		return res, err

@@ -36,10 +36,10 @@ func RunOneSync(ctx context.Context, t Target, name string, d time.Duration, o R
 	expected.Store(1 << 62)
 	rec := newRecorder(0, o.Warmup, nil)
 	rec.total = unbounded
-	if err := st.Consume(ctx, func(body []byte) {
+	if err := st.Consume(ctx, func(body []byte, received time.Time) {
 		sentAt, idx, err := DecodeBody(body)
 		if err != nil || idx >= unbounded {
-			rec.deliver(body)
+			rec.deliver(body, received)
 			return
 		}
 		mu.Lock()

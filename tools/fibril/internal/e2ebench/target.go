@@ -28,7 +28,9 @@ type Stream interface {
 	Publish(p int, body []byte) (Pending, error)
 	// Consume starts the consumer: deliver is called for every delivery,
 	// from one goroutine at a time, and the delivery is then acked.
-	Consume(ctx context.Context, deliver func(body []byte)) error
+	// received is when the broker took the publish, by its clock (the same
+	// as the bench's on one machine), or zero if it does not say.
+	Consume(ctx context.Context, deliver func(body []byte, received time.Time)) error
 	// Close ends the connections and removes the queue or stream.
 	Close() error
 }
