@@ -33,8 +33,8 @@ type Options struct {
 	TailCacheBytes int64
 	// ReadCacheBytes budgets the node's read cache, one for every
 	// partition log (wal.ReadCache): the blocks leaving the partitions'
-	// tail windows and those read from segment files, for readers that
-	// trail their writers. Default 32 MiB; negative turns it off.
+	// tail windows while a reader trails them, for readers that fall
+	// behind their writers. Default 32 MiB; negative turns it off.
 	ReadCacheBytes int64
 	// ScrubBytesPerSecond is the rate at which each partition log checks
 	// its sealed segments in the background after it opens, quarantining

@@ -139,10 +139,10 @@ func (l *Log) registerDamage(r io.ReaderAt, path string, damage []Damage) []Hole
 	}
 	l.segMu.Lock()
 	l.addHolesLocked(holes)
-	l.segMu.Unlock()
 	if len(holes) > 0 {
-		l.forgetReads()
+		l.forgetReads() // before any reader can see the holes
 	}
+	l.segMu.Unlock()
 	return holes
 }
 

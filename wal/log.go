@@ -109,11 +109,6 @@ type Log struct {
 	// last handed blocks on (math.MaxUint64: none): a block leaving the
 	// tail goes to the read cache only if a reader is still behind its end.
 	readLow atomic.Uint64
-	// readLast is the last read's first offset, and readBehind says that
-	// a read since the last drop went back a block or more from the one
-	// before it: a second reader behind the first (noteRead).
-	readLast   atomic.Uint64
-	readBehind atomic.Bool
 	// offered are the blocks this log handed the read cache, until the
 	// readers pass them (leaveTail).
 	offerMu sync.Mutex // guards offered

@@ -53,7 +53,6 @@ func (l *Log) Quarantine(base uint64) (Hole, error) {
 		return Hole{}, ErrClosed
 	default:
 	}
-	defer l.forgetReads()
 	l.segMu.Lock()
 	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].base >= base })
 	if i >= len(l.segs) || l.segs[i].base != base {
@@ -73,6 +72,7 @@ func (l *Log) Quarantine(base uint64) (Hole, error) {
 	l.segs = append(l.segs[:i:i], l.segs[i+1:]...)
 	l.holes = append(l.holes, hole)
 	sort.Slice(l.holes, func(a, b int) bool { return l.holes[a].From < l.holes[b].From })
+	l.forgetReads() // before any reader can see the hole
 	l.segMu.Unlock()
 	seg.removed.Store(true)
 	seg.release()

@@ -45,10 +45,8 @@ func (l *Log) read(from, limit uint64, maxBytes int) ([]Record, error) {
 	total := 0
 	fits := func(n int) bool { return len(out) == 0 || total+n <= maxBytes }
 	var blk *cachedBlock // the node cache's block of o, when it holds one
-	// share hands what this read brings in from the files to the read cache.
-	share := false
 	if l.opts.ReadCache != nil {
-		share = l.noteRead(from)
+		l.noteRead(from)
 	}
 	for o := from; o < limit; {
 		if rec, ok := l.cached(o); ok {
@@ -79,9 +77,9 @@ func (l *Log) read(from, limit uint64, maxBytes int) ([]Record, error) {
 		}
 		var err error
 		if len(recs) == 0 {
-			recs, err = l.readSegment(o, limit, maxBytes-total, share)
+			recs, err = l.readSegment(o, limit, maxBytes-total)
 			if err != nil && l.damageFound(err) {
-				recs, err = l.readSegment(o, limit, maxBytes-total, share) // now meets a hole
+				recs, err = l.readSegment(o, limit, maxBytes-total) // now meets a hole
 			}
 		} else if n := limit - o; uint64(len(recs)) > n {
 			recs = recs[:n]
@@ -130,10 +128,8 @@ func (l *Log) cached(offset uint64) (Record, bool) {
 }
 
 // readSegment reads a run of records starting at offset from the segment
-// that holds it, up to limit, bringing in about budget bytes; share hands
-// what it read to the read cache.
-func (l *Log) readSegment(offset, limit uint64, budget int, share bool) ([]Record, error) {
-	gen := l.cacheGen.Load() // before the holes are looked at
+// that holds it, up to limit, bringing in about budget bytes.
+func (l *Log) readSegment(offset, limit uint64, budget int) ([]Record, error) {
 	seg, err := l.segmentFor(offset)
 	if err != nil {
 		return nil, err
@@ -153,7 +149,6 @@ func (l *Log) readSegment(offset, limit uint64, budget int, share bool) ([]Recor
 		full := n == want
 		buf = buf[:n]
 		var all []Record
-		var raws [][]byte // all's records, encoded, for the node's read cache
 		at, o := 0, offset
 		for o < limit && at < len(buf) {
 			rec, used, status, reason := decodeRecord(buf[at:], o, l.opts.MaxRecordSize)
@@ -170,14 +165,10 @@ func (l *Log) readSegment(offset, limit uint64, budget int, share bool) ([]Recor
 				return nil, &CorruptionError{Segment: seg.base, Pos: pos + int64(at), Offset: o, Reason: reason}
 			}
 			all = append(all, rec)
-			if share {
-				raws = append(raws, buf[at:at+used])
-			}
 			at += used
 			o++
 		}
 		if len(all) > 0 {
-			l.offerRead(gen, offset, raws)
 			// The budget's share now; the rest is kept for the next read.
 			out, total := all[:1], len(all[0].Payload)
 			for _, rec := range all[1:] {

@@ -12,12 +12,14 @@ import (
 
 // ReadCache is one cache of log records for a whole node, shared by every
 // log handed it (Options.ReadCache), with one memory budget. It holds the
-// blocks leaving the logs' tail windows while a reader trails them, and
-// the blocks one reader reads from a segment file while another is behind
-// it, so a reader that trails its writer past the tail window (a consumer
-// behind, a follower catching up, an uplink replaying) is served from
-// memory. A log takes its blocks out again once its readers have passed
-// them. It is a ristretto cache: one of them costs a few hundred KiB of
+// blocks leaving the logs' tail windows while a reader trails them, so a
+// reader that trails its writer past the tail window (a consumer behind, a
+// follower catching up, an uplink replaying) is served from memory. A log
+// takes its blocks out again once its readers have passed them. (Blocks a
+// reader reads from a segment file are not offered: a log cannot tell its
+// readers apart, so it cannot know that another one is behind the reader
+// and will read them again, and a wrong guess fills the cache with blocks
+// read once; see docs/decisions.md.) It is a ristretto cache: one of them costs a few hundred KiB of
 // fixed buffers whatever its budget, so a node has one, never one per log.
 //
 // Blocks are copied in when they enter and never change after, and a log
@@ -274,24 +276,14 @@ func (l *Log) fromReadCache(blk **cachedBlock, offset uint64) (Record, bool) {
 	return rec, status == decodeOK
 }
 
-// noteRead records a read from offset from and says whether what it brings
-// in from the segment files should go to the read cache: only if another
-// reader is behind it, and so will read it next. A reader that is the
-// furthest behind would fill the cache with blocks nobody reads again.
-// Another reader shows as a read since the last drop a block or more
-// below this one that came after a read at or above it: a lone reader's
-// reads only go forward (a redelivery going back is taken for one).
-func (l *Log) noteRead(from uint64) (share bool) {
-	if prev := l.readLast.Swap(from); from+tailBlockLen <= prev {
-		l.readBehind.Store(true)
-	}
+// noteRead lowers readLow to a read's first offset.
+func (l *Log) noteRead(from uint64) {
 	for {
 		low := l.readLow.Load()
 		if from >= low || l.readLow.CompareAndSwap(low, from) {
-			break
+			return
 		}
 	}
-	return l.readBehind.Load() && l.readLow.Load()+tailBlockLen <= from
 }
 
 // leaveTail is handed the blocks the tail cache drops at once, on the
@@ -311,7 +303,6 @@ func (l *Log) noteRead(from uint64) (share bool) {
 func (l *Log) leaveTail(gone []goneBlock) {
 	rc, gen := l.opts.ReadCache, l.cacheGen.Load()
 	low := l.readLow.Swap(math.MaxUint64)
-	l.readBehind.Store(false)
 	l.offerMu.Lock()
 	defer l.offerMu.Unlock()
 	if low != math.MaxUint64 {
@@ -345,29 +336,6 @@ func (l *Log) offeredLocked(id uint64) {
 		l.offered = append(l.offered[:0], l.offered[maxOffered/2:]...)
 	}
 	l.offered = append(l.offered, id)
-}
-
-// offerRead hands the read cache the records just read from a segment
-// file, encoded, one block at a time: raws[i] is offset first+i, read with
-// the log at generation gen (taken before the read, so that what a read
-// brings in across a range declared lost goes under a generation nobody
-// reads again).
-func (l *Log) offerRead(gen, first uint64, raws [][]byte) {
-	rc := l.opts.ReadCache
-	if rc == nil || len(raws) == 0 {
-		return
-	}
-	l.offerMu.Lock()
-	defer l.offerMu.Unlock()
-	for len(raws) > 0 {
-		id := first >> tailBlockShift
-		recs := new([tailBlockLen][]byte)
-		n := min(len(raws), int(tailBlockLen-first&(tailBlockLen-1)))
-		copy(recs[first&(tailBlockLen-1):], raws[:n])
-		rc.offer(gen, id, recs)
-		l.offeredLocked(id)
-		first, raws = first+uint64(n), raws[n:]
-	}
 }
 
 // forgetReads drops what was read before a range was declared lost: the

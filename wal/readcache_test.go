@@ -125,125 +125,65 @@ func TestReadCacheTakesOnlyWhatAReaderTrails(t *testing.T) {
 	}
 }
 
+// writeTrailed appends records from to to (10 at a time, payloads from
+// want) with a reader that reads one record after each append from
+// *trail on, so falling behind: the blocks leaving the tail go to the read
+// cache.
+func writeTrailed(t *testing.T, l *Log, from, to int, trail *uint64, want func(int) []byte) {
+	t.Helper()
+	for i := from; i < to; i += 10 {
+		es := make([]Entry, 10)
+		for k := range es {
+			es[k] = Entry{Type: 1, Payload: want(i + k)}
+		}
+		if _, err := l.Append(context.Background(), es, AfterFlush); err != nil {
+			t.Fatal(err)
+		}
+		readEach(t, l, *trail, *trail+1, want)
+		*trail++
+	}
+}
+
 // Logs sharing the read cache at the same offsets never see each other's
 // records, nor does a later open of the same log see its earlier blocks
-// (it reads its first record from the file). Blocks one reader reads from
-// a segment file while another is behind it serve that other reader.
+// (it reads its first record from the file).
 func TestReadCacheKeepsLogsApart(t *testing.T) {
 	rc, err := NewReadCache(4 << 20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rc.Close()
-	const n = 500
+	const n = 1000
 	fs := vfs.NewMem()
-	other := func(i int) []byte { return bytes.Repeat([]byte{byte(i), 0xee}, 40) }
-	a := mustOpen(t, fs, "a", Options{TailCacheBytes: -1, ReadCache: rc})
-	b := mustOpen(t, fs, "b", Options{TailCacheBytes: -1, ReadCache: rc})
-	var eb []Entry
-	for i := range n {
-		eb = append(eb, Entry{Type: 1, Payload: other(i)})
+	mine := func(i int) []byte { return payload(i, 100) }
+	other := func(i int) []byte { return bytes.Repeat([]byte{byte(i), 0xee}, 50) }
+	opts := Options{TailCacheBytes: 8 << 10, ReadCache: rc}
+	a, b := mustOpen(t, fs, "a", opts), mustOpen(t, fs, "b", opts)
+	var ta, tb uint64
+	for i := 0; i < n; i += 100 { // interleaved
+		writeTrailed(t, a, i, i+100, &ta, mine)
+		writeTrailed(t, b, i, i+100, &tb, other)
 	}
-	if _, err := a.Append(context.Background(), entries(0, n, 100), AfterFlush); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Append(context.Background(), eb, AfterFlush); err != nil {
-		t.Fatal(err)
-	}
-	// On each log, a reader at 100 and another, more than a block behind
-	// it, at 0; then the first reads on.
-	for _, l := range []*Log{a, b} {
-		want := other
-		if l == a {
-			want = func(i int) []byte { return payload(i, 100) }
-		}
-		readEach(t, l, 100, 101, want)
-		readEach(t, l, 0, 1, want)
-	}
-	a.ahead.reset() // as when other readers have taken the read-ahead slots
-	b.ahead.reset()
-	for round := range 2 {
-		readEach(t, a, 101, n, func(i int) []byte { return payload(i, 100) })
-		readEach(t, b, 101, n, other)
-		rc.wait()
-		a.ahead.reset()
-		b.ahead.reset()
-		if round == 1 {
-			if sa, sb := a.Status(), b.Status(); sa.ReadCacheHits < (n-100)/2 || sb.ReadCacheHits < (n-100)/2 {
-				t.Fatalf("second round: read cache hits %d and %d of %d", sa.ReadCacheHits, sb.ReadCacheHits, n)
-			}
-		}
+	rc.wait()
+	readEach(t, a, ta, n, mine)
+	readEach(t, b, tb, n, other)
+	if sa, sb := a.Status(), b.Status(); sa.ReadCacheHits < (n-ta)/2 || sb.ReadCacheHits < (n-tb)/2 {
+		t.Fatalf("read cache hits %d and %d of %d and %d", sa.ReadCacheHits, sb.ReadCacheHits, n-ta, n-tb)
 	}
 	_ = a.Close()
-	a = mustOpen(t, fs, "a", Options{TailCacheBytes: -1, ReadCache: rc})
+	a = mustOpen(t, fs, "a", opts)
 	defer a.Close()
 	defer b.Close()
-	readEach(t, a, 0, 1, func(i int) []byte { return payload(i, 100) })
+	readEach(t, a, ta, ta+1, mine)
 	if h := a.Status().ReadCacheHits; h != 0 {
-		t.Fatalf("a reopened log read its first record from its earlier blocks (%d hits)", h)
+		t.Fatalf("a reopened log read a record from its earlier blocks (%d hits)", h)
 	}
 }
 
 // A range declared lost is not served from the read cache afterwards,
-// though its records were read, and cached, before.
+// though its records were cached before; nor while the quarantine is
+// still syncing its directory (the hole is listed from then on).
 func TestReadCacheForgetsALostRange(t *testing.T) {
-	rc, err := NewReadCache(4 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	l := mustOpen(t, vfs.NewMem(), "log", Options{SegmentSize: 4 << 10, TailCacheBytes: -1, ReadCache: rc})
-	defer l.Close()
-	const n = 200
-	for i := 0; i < n; i += 5 {
-		if _, err := l.Append(testCtx(t), entries(i, 5, 100), AfterFsync); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// One record at a time, each read's offers admitted before the next:
-	// a block offered again before ristretto has admitted its first offer
-	// would be turned away (a cache may drop; this test counts).
-	readEach(t, l, 100, 101, func(i int) []byte { return payload(i, 100) })
-	readEach(t, l, 0, 1, func(i int) []byte { return payload(i, 100) }) // a reader behind
-	l.ahead.reset()
-	for range 2 {
-		for o := uint64(101); o < n; o++ {
-			readEach(t, l, o, o+1, func(i int) []byte { return payload(i, 100) })
-			rc.wait()
-		}
-		l.ahead.reset() // as when other readers have taken the read-ahead slots
-	}
-	if h := l.Status().ReadCacheHits; h < (n-100)/2 {
-		t.Fatalf("%d read cache hits of %d on the second read", h, n-100)
-	}
-	l.segMu.RLock()
-	var victim uint64 // a sealed segment among the records read twice
-	for _, s := range l.segs[:len(l.segs)-1] {
-		if s.base >= 100 {
-			victim = s.base
-			break
-		}
-	}
-	l.segMu.RUnlock()
-	if victim == 0 {
-		t.Fatal("no sealed segment past offset 100")
-	}
-	if recs, err := l.ReadWritten(victim, 1); err != nil || len(recs) != 1 || l.Status().ReadCacheHits == 0 {
-		t.Fatalf("read of %d before the quarantine: %d records, %v", victim, len(recs), err)
-	}
-	if _, err := l.Quarantine(victim); err != nil {
-		t.Fatal(err)
-	}
-	var hole *HoleError
-	if _, err := l.ReadWritten(victim, 1); !errors.As(err, &hole) {
-		t.Fatalf("read of a quarantined offset: %v, want a hole", err)
-	}
-}
-
-// A read from a segment file under way when its segment is quarantined
-// offers what it read under the generation from before: the quarantined
-// records are not served from the read cache afterwards.
-func TestReadCacheQuarantineDuringARead(t *testing.T) {
 	rc, err := NewReadCache(4 << 20)
 	if err != nil {
 		t.Fatal(err)
@@ -252,8 +192,8 @@ func TestReadCacheQuarantineDuringARead(t *testing.T) {
 	var armed atomic.Bool
 	entered, release := make(chan struct{}), make(chan struct{})
 	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if op.Kind == errorfs.OpFileReadAt && armed.CompareAndSwap(true, false) {
-			close(entered)
+		if op.Kind == errorfs.OpFileSync && op.Path == "log" && armed.CompareAndSwap(true, false) {
+			close(entered) // the quarantine's directory sync
 			<-release
 		}
 		return nil
@@ -261,51 +201,47 @@ func TestReadCacheQuarantineDuringARead(t *testing.T) {
 	l := mustOpen(t, fs, "log", Options{SegmentSize: 4 << 10, TailCacheBytes: 4 << 10, ReadCache: rc})
 	defer l.Close()
 	const n = 400
-	for i := 0; i < n; i += 5 {
-		if _, err := l.Append(testCtx(t), entries(i, 5, 100), AfterFsync); err != nil {
-			t.Fatal(err)
-		}
-	}
+	var trail uint64
+	writeTrailed(t, l, 0, n, &trail, func(i int) []byte { return payload(i, 100) })
+	rc.wait()
 	l.segMu.RLock()
-	var victim uint64 // a sealed segment past 100
+	var victim uint64 // a sealed segment the reader has still to read
 	for _, s := range l.segs[:len(l.segs)-1] {
-		if s.base >= 100 {
+		if s.base >= trail+64 {
 			victim = s.base
 			break
 		}
 	}
 	l.segMu.RUnlock()
-	// A reader ahead and one behind, so that what is read is shared.
-	readEach(t, l, 300, 301, func(i int) []byte { return payload(i, 100) })
-	readEach(t, l, 0, 1, func(i int) []byte { return payload(i, 100) })
+	if victim == 0 {
+		t.Fatalf("no sealed segment past %d", trail+64)
+	}
+	if recs, err := l.ReadWritten(victim, 1); err != nil || len(recs) != 1 || l.Status().ReadCacheHits == 0 {
+		t.Fatalf("read of %d before the quarantine: %d records, %v, %d read cache hits", victim, len(recs), err, l.Status().ReadCacheHits)
+	}
 	armed.Store(true)
 	done := make(chan error)
 	go func() {
-		_, err := l.ReadWritten(victim, 1)
+		_, err := l.Quarantine(victim)
 		done <- err
 	}()
 	<-entered
-	if _, err := l.Quarantine(victim); err != nil {
-		t.Fatal(err)
+	var hole *HoleError
+	if recs, err := l.ReadWritten(victim, 1); !errors.As(err, &hole) {
+		t.Errorf("read of %d while it is quarantined: %d records, %v, want a hole", victim, len(recs), err)
 	}
 	close(release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	rc.wait()
-	if s := rc.Stats(); s.Offered == 0 {
-		t.Fatal("the read under way offered nothing: the test does not test")
-	}
-	l.ahead.reset() // what the read-ahead holds is another matter
-	var hole *HoleError
 	if recs, err := l.ReadWritten(victim, 1); !errors.As(err, &hole) {
-		t.Fatalf("read of quarantined offset %d: %d records, %v, want a hole (read cache hits %d)", victim, len(recs), err, l.Status().ReadCacheHits)
+		t.Fatalf("read of quarantined offset %d: %d records, %v, want a hole", victim, len(recs), err)
 	}
 }
 
-// A lone reader going through a log, idle or being written, offers the
-// read cache nothing of what it reads from the segment files: nobody is
-// behind it to read it again.
+// A reader going through a log that is not written, with or without a
+// reader at its head, offers the read cache nothing: no block leaves a
+// tail window, and blocks read from the files are never offered.
 func TestReadCacheLoneReaderOffersNothing(t *testing.T) {
 	for _, tail := range []int64{16 << 10, -1} {
 		rc, err := NewReadCache(4 << 20)
@@ -319,6 +255,7 @@ func TestReadCacheLoneReaderOffersNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		readEach(t, l, n-1, n, func(i int) []byte { return payload(i, 100) }) // a reader at the head
 		for from := uint64(0); from < n-2000; {
 			recs, err := l.ReadWritten(from, 8<<10)
 			if err != nil {
@@ -328,7 +265,7 @@ func TestReadCacheLoneReaderOffersNothing(t *testing.T) {
 		}
 		rc.wait()
 		if s := rc.Stats(); s.Offered != 0 || s.Held != 0 {
-			t.Fatalf("tail cache %d: a lone reader offered %d blocks (%d bytes held)", tail, s.Offered, s.Held)
+			t.Fatalf("tail cache %d: %d blocks offered (%d bytes held)", tail, s.Offered, s.Held)
 		}
 		_ = l.Close()
 		rc.Close()

@@ -159,8 +159,8 @@ var (
 	descReadCacheMisses = desc("fibril_read_cache_misses_total", "Records read from segment files: reads that missed the tail cache and the node's read cache.")
 	descReadCacheBytes  = desc("fibril_read_cache_bytes", "Bytes of blocks the node's read cache holds.")
 	descReadCacheBudget = desc("fibril_read_cache_budget_bytes", "The node's read cache budget (storage.read_cache); 0 when it is off.")
-	descReadCacheOffers = desc("fibril_read_cache_blocks_offered_total", "Blocks offered to the node's read cache: leaving a tail cache, or read from a segment file.")
-	descReadCacheRefuse = desc("fibril_read_cache_blocks_refused_total", "Blocks the node's read cache turned away (its admission policy found them colder than what it holds).")
+	descReadCacheOffers = desc("fibril_read_cache_blocks_offered_total", "Blocks offered to the node's read cache: leaving a tail cache while a reader trails them.")
+	descReadCacheRefuse = desc("fibril_read_cache_blocks_refused_total", "Blocks the node's read cache turned away: its admission policy found them colder than what it holds, or it was busy.")
 )
 
 // Describe implements prometheus.Collector.

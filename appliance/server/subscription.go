@@ -43,9 +43,11 @@ func (s *subscription) deliver(d appliance.Delivery) {
 	if !d.PublishedAt.IsZero() {
 		f.PublishedAt = d.PublishedAt.UnixNano()
 	}
-	if n := f.FrameLen(); n > s.c.s.opts.MaxFrame {
+	if n := f.FrameLenIn(s.c.stats.version); n > s.c.s.opts.MaxFrame {
 		// Publishes that would not fit are refused, but a dead-letter copy
-		// gains headers. Discard it rather than lease it forever.
+		// gains headers, and a message stored before version 6 may be up
+		// to PublishedAt's 8 bytes too long for a client of version 6.
+		// Discard it rather than lease it forever.
 		s.c.log.Error("message does not fit a Deliver frame; discarding it", "queue", d.Queue,
 			"partition", d.Partition, "offset", d.Offset, "frame", n, "max_frame", s.c.s.opts.MaxFrame)
 		s.sub.Nack(false, d.Tag)

@@ -77,3 +77,48 @@ func TestDeliverByVersion(t *testing.T) {
 		c.nc.Close()
 	}
 }
+
+// A message whose Deliver is exactly the frame limit in version 5's layout
+// (stored before version 6 added PublishedAt's 8 bytes) still goes to a
+// client of version 5, whose Deliver fits; a publish is admitted only if
+// its Deliver fits in the newest layout.
+func TestDeliverAtTheLimitByVersion(t *testing.T) {
+	ctx := context.Background()
+	b, err := appliance.Open(appliance.Options{FS: vfs.NewMem(), DataDir: "data", MinFreeBytes: -1, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := b.Declare(ctx, appliance.QueueConfig{Name: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	const limit = 4096
+	f := &wire.Deliver{MessageID: "m"}
+	f.Body = make([]byte, limit-f.FrameLenIn(5))
+	if f.FrameLenIn(5) != limit || f.FrameLen() <= limit {
+		t.Fatalf("frame of %d bytes in version 5, %d in version 6", f.FrameLenIn(5), f.FrameLen())
+	}
+	if _, err := b.Publish(ctx, "q", appliance.Message{ID: "m", Body: f.Body}); err != nil { // the broker itself: no frame limit
+		t.Fatal(err)
+	}
+	ts := serveBroker(t, b, Options{MaxFrame: limit}, nil)
+	c := dial(t, ts.addr)
+	c.send(&wire.Hello{Version: 5, ClientName: t.Name()})
+	ok, isOK := c.read().(*wire.HelloOK)
+	if !isOK || ok.Version != 5 {
+		t.Fatalf("hello at version 5: %+v", ok)
+	}
+	c.r.SetVersion(5)
+	c.w.SetVersion(5)
+	c.subscribe(1, "q", 1)
+	if d, isDeliver := c.read().(*wire.Deliver); !isDeliver || len(d.Body) != len(f.Body) {
+		t.Fatalf("version 5 at the limit: got %+v", d)
+	}
+	// The same publish through the server is refused: its Deliver does
+	// not fit in version 6.
+	c.send(&wire.Publish{Corr: 9, Queue: "q", MessageID: "m2", Body: f.Body})
+	if e, isErr := c.read().(*wire.Error); !isErr || e.Code != wire.CodeTooLarge {
+		t.Fatalf("publish whose version 6 Deliver is over the limit: %+v", e)
+	}
+	c.nc.Close()
+}

@@ -260,7 +260,7 @@ func DeliverLen(p *Publish) int {
 	return deliverLen(p.MessageID, p.Key, p.Headers, len(p.Body))
 }
 
-// deliverLen is the frame length of a version 2 Deliver.
+// deliverLen is the frame length of a Deliver in the newest layout.
 func deliverLen(id, key string, hs []Header, body int) int {
 	// minBody counts the empty headers field, headersLen the whole one.
 	return 1 + specs[TypeDeliver].minBody - 2 + len(id) + len(key) + headersLen(hs) + body
@@ -269,3 +269,16 @@ func deliverLen(id, key string, hs []Header, body int) int {
 // FrameLen is the frame length (type byte and body) of f in the newest
 // version's layout.
 func (f *Deliver) FrameLen() int { return deliverLen(f.MessageID, f.Key, f.Headers, len(f.Body)) }
+
+// FrameLenIn is the frame length of f in version v's layout: shorter than
+// FrameLen by the fields v does not have.
+func (f *Deliver) FrameLenIn(v uint16) int {
+	n := f.FrameLen()
+	if v < 6 {
+		n -= deliverV6Bytes
+	}
+	if v < 2 {
+		n -= deliverV2Bytes + len(f.Key)
+	}
+	return n
+}

@@ -175,6 +175,20 @@ func TestDeliverLen(t *testing.T) {
 		if got := d.FrameLen(); got != DeliverLen(p) {
 			t.Errorf("FrameLen = %d, want %d", got, DeliverLen(p))
 		}
+		for v := MinVersion; v <= Version; v++ {
+			var buf bytes.Buffer
+			w := NewWriter(&buf, Options{})
+			w.SetVersion(v)
+			if err := w.WriteFrame(d); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := d.FrameLenIn(v), buf.Len()-lengthSize; got != want {
+				t.Errorf("FrameLenIn(%d) = %d, want %d", v, got, want)
+			}
+		}
 	}
 }
 
