@@ -106,8 +106,9 @@ type Log struct {
 	// one at open, and again when a range is declared lost.
 	cacheGen atomic.Uint64
 	// readLow is the lowest offset a read asked for since the tail cache
-	// last handed blocks on (math.MaxUint64: none): a block leaving the
-	// tail goes to the read cache only if a reader is still behind its end.
+	// last dropped blocks (math.MaxUint64: none): a block leaving the tail
+	// goes to the read cache only if a read was at or below its first
+	// offset (leaveTail).
 	readLow atomic.Uint64
 	// offered are the blocks this log handed the read cache, until the
 	// readers pass them (leaveTail).
