@@ -114,15 +114,22 @@ func BenchmarkTrailingReaders(b *testing.B) {
 	}
 }
 
-func benchmarkTrailing(b *testing.B, logs, trailing, lag int, tail, budget int64) {
-	var rc *ReadCache
-	if budget > 0 {
-		var err error
-		if rc, err = NewReadCache(budget); err != nil {
-			b.Fatal(err)
-		}
-		defer rc.Close()
+// benchReadCache is a read cache of budget bytes closed with b, or nil
+// (none) for a budget of 0.
+func benchReadCache(b *testing.B, budget int64) *ReadCache {
+	if budget == 0 {
+		return nil
 	}
+	rc, err := NewReadCache(budget)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(rc.Close)
+	return rc
+}
+
+func benchmarkTrailing(b *testing.B, logs, trailing, lag int, tail, budget int64) {
+	rc := benchReadCache(b, budget)
 	dir := b.TempDir()
 	ls := make([]*Log, logs)
 	for i := range ls {
@@ -193,14 +200,7 @@ func benchmarkTrailing(b *testing.B, logs, trailing, lag int, tail, budget int64
 func BenchmarkCatchUp(b *testing.B) {
 	for _, budget := range []int64{0, 32 << 20} {
 		b.Run(fmt.Sprintf("records=100k/cache=%dMiB", budget>>20), func(b *testing.B) {
-			var rc *ReadCache
-			if budget > 0 {
-				var err error
-				if rc, err = NewReadCache(budget); err != nil {
-					b.Fatal(err)
-				}
-				defer rc.Close()
-			}
+			rc := benchReadCache(b, budget)
 			const n, size = 100_000, 1024
 			l := mustOpen(b, nil, b.TempDir(), Options{TailCacheBytes: 1 << 20, ReadCache: rc, BackgroundSyncInterval: -1, SyncBytesThreshold: -1})
 			defer l.Close()

@@ -111,8 +111,7 @@ type Log struct {
 	// offset (leaveTail).
 	readLow atomic.Uint64
 	// offered are the blocks this log handed the read cache, until the
-	// readers pass them (leaveTail).
-	offerMu sync.Mutex // guards offered
+	// readers pass them; the writer's (leaveTail runs under its mu).
 	offered []uint64
 
 	damageMu  sync.Mutex    // serializes keeping damaged ranges aside

@@ -49,31 +49,31 @@ func (l *Log) read(from, limit uint64, maxBytes int) ([]Record, error) {
 		l.noteRead(from)
 	}
 	for o := from; o < limit; {
-		if rec, ok := l.cached(o); ok {
+		// The tail cache, then the read-ahead chunk (its records are
+		// decoded already), then the node's read cache.
+		rec, ok := l.cached(o)
+		inTail := ok
+		var recs []Record
+		if !ok {
+			if recs = l.ahead.get(o); len(recs) == 0 {
+				rec, ok = l.fromReadCache(&blk, o)
+			}
+		}
+		if ok {
 			if !fits(len(rec.Payload)) {
 				break
 			}
 			out = append(out, rec)
 			total += len(rec.Payload)
 			o++
-			l.cacheHits.Add(1)
-			continue
-		}
-		// The read-ahead chunk first: its records are decoded already.
-		recs := l.ahead.get(o)
-		if len(recs) == 0 {
-			if rec, ok := l.fromReadCache(&blk, o); ok {
-				if !fits(len(rec.Payload)) {
-					break
-				}
-				out = append(out, rec)
-				total += len(rec.Payload)
-				o++
+			if inTail {
+				l.cacheHits.Add(1)
+			} else {
 				l.cacheMisses.Add(1)
 				l.readCacheHits.Add(1)
 				l.opts.ReadCache.hits.Add(1)
-				continue
 			}
+			continue
 		}
 		var err error
 		if len(recs) == 0 {

@@ -303,8 +303,6 @@ func (l *Log) noteRead(from uint64) {
 func (l *Log) leaveTail(gone []goneBlock) {
 	rc, gen := l.opts.ReadCache, l.cacheGen.Load()
 	low := l.readLow.Swap(math.MaxUint64)
-	l.offerMu.Lock()
-	defer l.offerMu.Unlock()
 	if low != math.MaxUint64 {
 		l.offered = slices.DeleteFunc(l.offered, func(id uint64) bool {
 			if (id+1)<<tailBlockShift > low {
@@ -317,7 +315,7 @@ func (l *Log) leaveTail(gone []goneBlock) {
 	for _, g := range gone {
 		if low <= g.id<<tailBlockShift {
 			rc.offer(gen, g.id, &g.b.recs)
-			l.offeredLocked(g.id)
+			l.remember(g.id)
 		}
 	}
 }
@@ -326,9 +324,8 @@ func (l *Log) leaveTail(gone []goneBlock) {
 // oldest half are left to the read cache's own eviction.
 const maxOffered = 1024
 
-// offeredLocked remembers that block id was offered; the caller holds
-// offerMu.
-func (l *Log) offeredLocked(id uint64) {
+// remember notes that block id was offered; on the writer.
+func (l *Log) remember(id uint64) {
 	if n := len(l.offered); n > 0 && l.offered[n-1] == id {
 		return
 	}
