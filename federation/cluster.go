@@ -75,7 +75,7 @@ type Cluster struct {
 	servedAt uint64
 
 	nodeSet chan struct{} // closed once node is set: the follower's hooks wait for it
-	bound   chan struct{} // closed by Bind: recoverQueues looks again at the broker's queues
+	bound   chan struct{} // closed by Bind: recoverQueues starts then
 
 	replicaDir string // this node's copies, and the histories of what it owns
 	replicaFS  vfs.FS

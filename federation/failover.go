@@ -206,15 +206,22 @@ func (c *Cluster) proposeRecovery(queue string, epoch uint64, reason string) {
 // recoverQueues seals, installs and releases this node's queues as the
 // control state's recoveries go, from the replayed state on, until Close.
 // A step that fails is tried again at the next change or a second later.
+//
+// It starts once the broker is bound, too: until then the broker may
+// still be opening the queues it had, and a seal that ran meanwhile could
+// not close them first (releaseLocal), so the broker and the seal would
+// both open a partition's log, and the broker's copy, fenced by the
+// seal, would stop writing for good.
 func (c *Cluster) recoverQueues() {
 	defer c.wg.Done()
-	select {
-	case <-c.node.Replayed():
-	case <-c.stop:
-		return
+	for _, ready := range []<-chan struct{}{c.node.Replayed(), c.bound} {
+		select {
+		case <-ready:
+		case <-c.stop:
+			return
+		}
 	}
 	me := c.node.opts.ID
-	bound := c.bound // until the broker is bound, its queues are not known
 	for {
 		changed := c.node.Changed()
 		st := c.node.State()
@@ -262,8 +269,6 @@ func (c *Cluster) recoverQueues() {
 		select {
 		case <-changed:
 		case <-retry:
-		case <-bound:
-			bound = nil
 		case <-c.stop:
 			return
 		}

@@ -92,6 +92,10 @@ type clusterNode struct {
 	fault       fault      // the broker's storage failures
 	copyFault   writeFault // the copies' failing writes
 	copySync    fault      // the copies' failing syncs
+	// brokerLate opens the broker only once the cluster has replayed its
+	// control state (a slow broker start): the cluster's recoveries may
+	// then run before it is bound. Needs a quorum of the others.
+	brokerLate bool
 
 	// Set while open.
 	cluster  *Cluster
@@ -237,6 +241,13 @@ func (n *clusterNode) open(t *testing.T, ln, clientLn net.Listener) {
 		t.Fatalf("open %s: %v", n.id, err)
 	}
 	n.cluster = c
+	if n.brokerLate {
+		select {
+		case <-c.node.Replayed():
+		case <-time.After(time.Minute):
+			t.Fatalf("%s's control state did not replay", n.id)
+		}
+	}
 	brokerFS := errorfs.Wrap(n.fs, errorfs.InjectorFunc(n.fault.inject))
 	b, err := appliance.Open(appliance.Options{DataDir: "data", FS: brokerFS, Logger: quiet, SegmentSize: 1 << 20,
 		MinFreeBytes: -1, Replication: c, LogDir: c.LogDir})
