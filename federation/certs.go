@@ -113,6 +113,9 @@ func encode(der []byte, key *ecdsa.PrivateKey) (certPEM, keyPEM []byte, err erro
 // cluster CA). ok is false for a connection without TLS, where the
 // cluster runs insecure and nothing names the peer.
 func PeerNodeID(c net.Conn) (id string, ok bool) {
+	if s, isStream := c.(interface{ PeerNode() (string, bool) }); isStream {
+		return s.PeerNode() // a stream of a link: the link's peer
+	}
 	tc, isTLS := c.(*tls.Conn)
 	if !isTLS {
 		return "", false

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/hashicorp/yamux"
 
 	"github.com/fibril-edge/fibril/internal/preauth"
 )
@@ -19,7 +20,8 @@ import (
 const (
 	protoRaft    byte = 'R' // hashicorp/raft's network transport
 	protoControl byte = 'C' // one control request (forwarded command, join)
-	protoReplica byte = 'P' // one replication stream, owner to follower
+	protoReplica byte = 'P' // one replication stream, owner to follower (before links)
+	protoLink    byte = 'L' // every replication stream from one node to another (link.go)
 )
 
 // handshakeTimeout bounds the TLS handshake and the protocol byte.
@@ -63,15 +65,17 @@ type mux struct {
 
 	// raft's transport does not close the connections it accepted when it
 	// shuts down (their handlers would read until the peer hangs up), so
-	// the mux keeps them and close ends them.
+	// the mux keeps them and close ends them; the links peers dialled too.
 	rmu     sync.Mutex
 	rconns  map[*raftConn]struct{}
+	links   map[*yamux.Session]struct{}
 	rclosed bool
 }
 
 func newMux(ln net.Listener, advertise net.Addr, serverTLS, clientTLS *tls.Config, nodeAt func(string) string, raftPeer func(string) bool, control, replica func(net.Conn), log *slog.Logger) *mux {
 	m := &mux{ln: ln, addr: advertise, log: log, tls: serverTLS, dialTLS: clientTLS, nodeAt: nodeAt, raftPeer: raftPeer, raftc: make(chan net.Conn),
 		control: control, replica: replica, done: make(chan struct{}), rconns: map[*raftConn]struct{}{},
+		links: map[*yamux.Session]struct{}{},
 		pending: preauth.New(preauth.Options{Max: maxHandshaking, PerSource: maxHandshakingPerSource,
 			Timeout: handshakeTimeout, PressureTimeout: pressureHandshakeTimeout})}
 	m.wg.Add(1)
@@ -143,6 +147,12 @@ func (m *mux) route(c net.Conn, pending *preauth.Entry) {
 			return
 		}
 		m.replica(c)
+	case protoLink:
+		if m.replica == nil {
+			c.Close()
+			return
+		}
+		m.serveLink(c)
 	default:
 		c.Close()
 	}
@@ -188,11 +198,14 @@ func (m *mux) close() {
 		m.ln.Close()
 	})
 	m.rmu.Lock()
-	conns := m.rconns
-	m.rconns, m.rclosed = map[*raftConn]struct{}{}, true
+	conns, links := m.rconns, m.links
+	m.rconns, m.links, m.rclosed = map[*raftConn]struct{}{}, map[*yamux.Session]struct{}{}, true
 	m.rmu.Unlock()
 	for c := range conns {
 		c.Close()
+	}
+	for sess := range links {
+		sess.Close()
 	}
 	m.wg.Wait()
 }

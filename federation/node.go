@@ -85,6 +85,7 @@ type Node struct {
 	fsm   *control.FSM
 	store *raftstore.Store
 	mux   *mux
+	links *links // outgoing replication links
 	raft  *raft.Raft
 	trans *raft.NetworkTransport
 
@@ -156,6 +157,7 @@ func Open(o Options) (*Node, error) {
 		}
 	}
 	n.mux = newMux(ln, adv, o.ServerTLS, o.ClientTLS, n.nodeAt, n.raftPeerKnown, n.serveControl, o.Replica, n.log)
+	n.links = newLinks(n.mux)
 	if err := n.startRaft(); err != nil {
 		n.mux.close()
 		store.Close()
@@ -246,9 +248,10 @@ func (n *Node) Member() control.Member {
 		ClientAddr: n.opts.ClientAddr, Voter: !n.opts.NonVoter}
 }
 
-// DialReplica opens a replication stream to a peer's cluster port.
+// DialReplica opens a replication stream to a peer's cluster port, on
+// the link to that peer (link.go).
 func (n *Node) DialReplica(ctx context.Context, addr string) (net.Conn, error) {
-	return n.mux.dial(addr, protoReplica, time.Until(deadline(ctx)))
+	return n.links.open(ctx, addr)
 }
 
 // ClusterAddr is the address peers dial.
@@ -348,6 +351,7 @@ func (n *Node) Close() error {
 	close(n.stop)
 	err := n.raft.Shutdown().Error()
 	n.trans.Close()
+	n.links.close()
 	n.mux.close()
 	n.wg.Wait()
 	return errors.Join(err, n.store.Close())

@@ -1,6 +1,7 @@
 // Package replication is the cluster's data plane: an owner pushes each
 // partition's records to its followers over one stream per (partition,
-// follower), the followers append them to their copies and report written
+// follower) (the federation package carries every stream between two
+// nodes on one multiplexed connection, a link), the followers append them to their copies and report written
 // and durable progress, and the owner's gate (gate.go) turns that progress
 // into the confirm and delivery boundary of the partition.
 //
@@ -20,8 +21,8 @@
 //
 // # Protocol
 //
-// The replication protocol runs on one connection per (partition,
-// follower), opened by the owner. Every frame is
+// The replication protocol runs on one stream per (partition,
+// follower), a net.Conn opened by the owner. Every frame is
 //
 //	len u32 (of what follows) | type u8 | body
 //
