@@ -63,9 +63,12 @@ type Cluster struct {
 	follower *replication.Follower
 	log      *slog.Logger
 
-	mu     sync.Mutex // guards owned and broker
+	mu     sync.Mutex // guards owned, broker and logsOpened
 	owned  map[string]*ownedPartition
 	broker *appliance.Broker
+	// logsOpened are the owned partitions' logs opened since collectCopies
+	// last looked.
+	logsOpened []replication.CopyID
 
 	serveMu  sync.Mutex        // one local declare or delete at a time; guards declared
 	declared map[string]uint64 // queues the local broker serves, by incarnation
@@ -436,6 +439,9 @@ func (c *Cluster) Attach(queue string, partition int, cfg appliance.QueueConfig,
 // it is no witness in a recovery. A history that cannot be saved is
 // logged: the partition then writes nothing (see follow).
 func (c *Cluster) beginInstance(queue string, partition int, log *wal.Log) (replication.History, string) {
+	c.mu.Lock()
+	c.logsOpened = append(c.logsOpened, c.logCopy(queue, partition)) // collectCopies checks it is still assigned
+	c.mu.Unlock()
 	fs := c.replicaFS
 	dir := c.logDir(queue, partition)
 	// A cut or damage the broker's open found ends the copy's liveness.

@@ -109,7 +109,16 @@ func (c *Cluster) keeps(id replication.CopyID) bool {
 }
 
 // collectCopies removes the copies the state no longer assigns to this
-// node, once it has replayed and after every applied command, until Close.
+// node, once it has replayed and again after every applied command that
+// may have left one behind, until Close. Walking every copy's directory
+// costs a read of each, so the first collection walks, and so does one
+// after a log opened since the last look (a copy's, or an owned
+// partition's) that the state does not assign now (a change this loop did
+// not see assigned it, and a later one took it back); otherwise only the
+// copies the state assigned at the last look and no longer does are
+// looked at (a deletion touches only its own), and declarations and the
+// like, which only add, cost nothing. A failed collection walks again at
+// the next change.
 func (c *Cluster) collectCopies() {
 	defer c.wg.Done()
 	select {
@@ -117,20 +126,69 @@ func (c *Cluster) collectCopies() {
 	case <-c.stop:
 		return
 	}
+	var held map[replication.CopyID]bool // nil: collect
 	for {
 		changed := c.node.Changed()
-		removed, err := c.follower.Collect()
+		now := c.heldCopies()
+		opened := append(c.follower.TakeOpened(), c.takeLogsOpened()...)
+		var removed []replication.CopyID
+		var err error
+		switch lost := lostFrom(held, now); {
+		case held == nil || slices.ContainsFunc(opened, func(id replication.CopyID) bool { return !now[id] }):
+			removed, err = c.follower.Collect()
+		case len(lost) > 0:
+			removed, err = c.follower.CollectAmong(lost)
+		}
 		if err != nil {
 			c.log.Error("cannot remove copies this node no longer follows", "err", err)
+			now = nil // walk them all next time
 		}
 		for _, id := range removed {
 			c.log.Info("removed a copy this node no longer follows", "queue", id.Queue,
 				"partition", id.Partition, "incarnation", id.Incarnation)
 		}
+		held = now
 		select {
 		case <-changed:
 		case <-c.stop:
 			return
 		}
 	}
+}
+
+// takeLogsOpened returns the owned partitions' logs opened since the
+// last call.
+func (c *Cluster) takeLogsOpened() []replication.CopyID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := c.logsOpened
+	c.logsOpened = nil
+	return ids
+}
+
+// heldCopies is the set of copies the state assigns to this node.
+func (c *Cluster) heldCopies() map[replication.CopyID]bool {
+	me := c.node.opts.ID
+	held := map[replication.CopyID]bool{}
+	c.node.read(func(s *control.State) {
+		for name, as := range s.Assignments {
+			for i, a := range as {
+				if slices.Contains(a.Copies(), me) {
+					held[replication.CopyID{Queue: name, Incarnation: a.Incarnation, Partition: i}] = true
+				}
+			}
+		}
+	})
+	return held
+}
+
+// lostFrom lists the copies of before that now does not have.
+func lostFrom(before, now map[replication.CopyID]bool) []replication.CopyID {
+	var lost []replication.CopyID
+	for id := range before {
+		if !now[id] {
+			lost = append(lost, id)
+		}
+	}
+	return lost
 }

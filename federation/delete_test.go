@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -108,6 +109,58 @@ func TestDeleteAndRedeclare(t *testing.T) {
 			if id.Incarnation == inc {
 				t.Fatalf("%s still holds %s", n.id, id)
 			}
+		}
+	}
+}
+
+// A node walks its copies' directories to remove those the control state
+// no longer assigns to it only when it cannot tell which those are:
+// declaring queues, which only adds copies, walks nothing (with a
+// thousand queues, a walk after every declaration made declaring them
+// quadratic), and deleting one removes its copies without a walk (the
+// same for deleting them).
+func TestDeclarationsDoNotWalkTheCopies(t *testing.T) {
+	nodes := startNodes(t, 3, nodeOptions{})
+	nodes.declare(t, "n1", appliance.QueueConfig{Name: "first"}, "")
+	nodes.copiesMatch(t, "first", (*wal.Log).WrittenNext)
+	walks := map[string]int64{}
+	for id, n := range nodes {
+		walks[id] = n.removed.walks.Load()
+	}
+	for i := range 10 {
+		nodes.declare(t, "n1", appliance.QueueConfig{Name: fmt.Sprintf("more-%d", i)}, "")
+	}
+	for i := range 10 {
+		nodes.copiesMatch(t, fmt.Sprintf("more-%d", i), (*wal.Log).WrittenNext)
+	}
+	for id, n := range nodes {
+		if got := n.removed.walks.Load() - walks[id]; got != 0 {
+			t.Errorf("%s walked its copies %d times for 10 declarations", id, got)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := nodes["n2"].cluster.DeleteQueue(ctx, "more-3"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		await.Within(t, time.Minute, n.id+" to remove its copy of the deleted queue", func() bool {
+			return n.cluster.Follower().NewestIncarnation("more-3", 0) == 0 // reads the queue's directory only
+		})
+	}
+	for id, n := range nodes {
+		if got := n.removed.walks.Load() - walks[id]; got != 0 {
+			t.Errorf("%s walked its copies %d times for 10 declarations and a deletion", id, got)
+		}
+		ids, err := n.cluster.Follower().Copies()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(ids, func(id replication.CopyID) bool { return id.Queue == "more-3" }) {
+			t.Errorf("%s still holds a copy of the deleted queue: %v", id, ids)
+		}
+		if len(ids) != 10 {
+			t.Errorf("%s holds %d copies, want the other 10 queues': %v", id, len(ids), ids)
 		}
 	}
 }

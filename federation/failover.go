@@ -108,12 +108,7 @@ func (c *Cluster) logCopy(queue string, partition int) replication.CopyID {
 	var inc uint64
 	c.node.read(func(s *control.State) { inc = s.Queues[queue].Incarnation })
 	if inc == 0 {
-		ids, _ := c.follower.Copies()
-		for _, id := range ids {
-			if id.Queue == queue && id.Partition == partition {
-				inc = max(inc, id.Incarnation)
-			}
-		}
+		inc = c.follower.NewestIncarnation(queue, partition)
 	}
 	return replication.CopyID{Queue: queue, Incarnation: inc, Partition: partition}
 }

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,9 +38,13 @@ import (
 type removals struct {
 	mu    sync.Mutex
 	paths []string
+	walks atomic.Int64 // lists of the store of copies' own directory: walks of every copy
 }
 
 func (r *removals) record(op errorfs.Op) error {
+	if op.Kind == errorfs.OpList && op.Path == "replicas" {
+		r.walks.Add(1)
+	}
 	if op.Kind == errorfs.OpRemoveAll {
 		r.mu.Lock()
 		r.paths = append(r.paths, op.Path)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -140,6 +141,7 @@ func (f *Follower) attach(h Hello, c net.Conn) (*replica, chan struct{}, error) 
 				f.mu.Unlock()
 				return nil, nil, fmt.Errorf("open replica %s: %w", id, err)
 			}
+			f.opened[id] = true
 			if lostAtOpen(log.Recovery()) {
 				f.live[id] = liveNo
 				f.forgetLive(id)
@@ -269,6 +271,39 @@ func (f *Follower) removeDir(id CopyID) error {
 	return nil
 }
 
+// NewestIncarnation is the newest incarnation of queue with a copy of
+// partition on disk, 0 for none. It reads only the queue's directory.
+func (f *Follower) NewestIncarnation(queue string, partition int) uint64 {
+	fs := f.opts.FS
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	incs, err := fs.List(fs.PathJoin(f.opts.Dir, queue))
+	if err != nil {
+		return 0
+	}
+	var newest uint64
+	for _, is := range incs {
+		inc, err := strconv.ParseUint(is, 10, 64)
+		if err != nil || inc <= newest {
+			continue
+		}
+		if _, err := fs.Stat(fs.PathJoin(f.opts.Dir, queue, is, strconv.Itoa(partition))); err == nil {
+			newest = inc
+		}
+	}
+	return newest
+}
+
+// TakeOpened returns the copies opened (created or reopened) since the
+// last call: a Collect may find one of them that the last did not.
+func (f *Follower) TakeOpened() []CopyID {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ids := slices.Collect(maps.Keys(f.opened))
+	clear(f.opened)
+	return ids
+}
+
 // Copies lists the copies on disk, open or not, in order.
 func (f *Follower) Copies() ([]CopyID, error) {
 	f.mu.Lock()
@@ -323,27 +358,47 @@ func (f *Follower) Collect() ([]CopyID, error) {
 	if f.opts.Keep == nil {
 		return nil, nil
 	}
-	return f.removeMatching(func(id CopyID) bool { return !f.opts.Keep(id) })
+	return f.removeMatching(f.onDiskLocked, func(id CopyID) bool { return !f.opts.Keep(id) })
+}
+
+// CollectAmong removes those of ids, open or only on disk, that Keep
+// rejects, and returns those it removed. It looks only at their
+// directories, not at every copy's: a caller that knows which copies
+// may have been left behind saves the walk.
+func (f *Follower) CollectAmong(ids []CopyID) ([]CopyID, error) {
+	if f.opts.Keep == nil {
+		return nil, nil
+	}
+	present := func() ([]CopyID, error) {
+		var on []CopyID
+		for _, id := range ids {
+			if _, err := f.opts.FS.Stat(f.copyDir(id)); err == nil {
+				on = append(on, id)
+			}
+		}
+		return on, nil
+	}
+	return f.removeMatching(present, func(id CopyID) bool { return !f.opts.Keep(id) })
 }
 
 // Remove removes every copy of a queue's partition, whatever its
 // incarnation: the stream feeding it ends, its log closes and its
 // directory goes.
 func (f *Follower) Remove(queue string, partition int) error {
-	_, err := f.removeMatching(func(id CopyID) bool { return id.Queue == queue && id.Partition == partition })
+	_, err := f.removeMatching(f.onDiskLocked, func(id CopyID) bool { return id.Queue == queue && id.Partition == partition })
 	return err
 }
 
-// removeMatching removes the copies match selects: those only on disk
-// under the lock (so no stream opens one meanwhile), the open ones
-// through remove.
-func (f *Follower) removeMatching(match func(CopyID) bool) ([]CopyID, error) {
+// removeMatching removes the copies on disk (as listed, under the lock)
+// that match selects: those only on disk under the lock (so no stream
+// opens one meanwhile), the open ones through remove.
+func (f *Follower) removeMatching(listLocked func() ([]CopyID, error), match func(CopyID) bool) ([]CopyID, error) {
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()
 		return nil, errors.New("follower closed")
 	}
-	onDisk, err := f.onDiskLocked()
+	onDisk, err := listLocked()
 	if err != nil {
 		f.mu.Unlock()
 		return nil, err

@@ -74,9 +74,10 @@ type Follower struct {
 	ctx    context.Context // ends at Close: Accept stops waiting
 	cancel context.CancelFunc
 
-	// mu guards replicas, live, closed and interval; a copy is opened,
+	// mu guards replicas, live, opened, closed and interval; a copy is opened,
 	// and one that is not open is removed, under it (see copies.go).
 	mu       sync.Mutex
+	opened   map[CopyID]bool // copies opened since TakeOpened
 	replicas map[string]*replica
 	live     map[CopyID]liveness // live.go
 	closed   bool
@@ -96,7 +97,7 @@ func NewFollower(o FollowerOptions) *Follower {
 		o.PullBytes = DefaultPullBytes
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Follower{opts: o, ctx: ctx, cancel: cancel, replicas: map[string]*replica{},
+	return &Follower{opts: o, ctx: ctx, cancel: cancel, replicas: map[string]*replica{}, opened: map[CopyID]bool{},
 		live: map[CopyID]liveness{}, interval: o.BackgroundSyncInterval}
 }
 

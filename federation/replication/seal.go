@@ -182,6 +182,7 @@ func (f *Follower) reopen(r *replica, cut func() error) error {
 	}
 	f.mu.Lock()
 	r.log = log
+	f.opened[r.id] = true
 	f.mu.Unlock()
 	return nil
 }
