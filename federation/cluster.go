@@ -280,6 +280,7 @@ func (c *Cluster) serveLocked(st *control.State, name string) error {
 	}
 	c.declared[name] = q.Incarnation
 	c.fo.setServing(name, true)
+	c.kickModes() // a change pending in the state is this node's to carry out now
 	c.log.Info("serving queue", "queue", name, "policy", q.Policy.String(), "incarnation", q.Incarnation, "epoch", as[0].Epoch)
 	return nil
 }
