@@ -196,7 +196,7 @@ func (c *Cluster) syncQueues() {
 	defer c.wg.Done()
 	for {
 		changed := c.node.Changed()
-		st := c.node.State()
+		st := c.node.shared()
 		c.serveMu.Lock()
 		var gone []string
 		for name, inc := range c.declared {

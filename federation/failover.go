@@ -219,7 +219,7 @@ func (c *Cluster) recoverQueues() {
 	me := c.node.opts.ID
 	for {
 		changed := c.node.Changed()
-		st := c.node.State()
+		st := c.node.shared()
 		failed := false
 		for _, name := range slices.Sorted(maps.Keys(st.Assignments)) {
 			as := st.Assignments[name]
@@ -534,7 +534,7 @@ func (c *Cluster) watchOwners() {
 			}
 			continue
 		}
-		st := c.node.State()
+		st := c.node.shared()
 		now := time.Now()
 		if !leading {
 			clear(lastSeen)

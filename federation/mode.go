@@ -104,7 +104,7 @@ func (c *Cluster) watchModes() {
 	for {
 		changed := c.node.Changed()
 		if b := c.boundBroker(); b != nil {
-			st := c.node.State()
+			st := c.node.shared()
 			for name, q := range st.Queues {
 				as := st.Assignments[name]
 				if len(as) == 0 || as[0].Owner != c.node.opts.ID || as[0].Sealing || !c.serving(name) {

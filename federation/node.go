@@ -284,6 +284,11 @@ func (n *Node) announce() {
 // follower's view may lag the leader's by the commands in flight.
 func (n *Node) State() *control.State { return n.fsm.State() }
 
+// shared is this node's view of the replicated state, shared with every
+// other caller until the next applied command (control.FSM.Shared): for
+// the loops that read it all after every command. It must not be changed.
+func (n *Node) shared() *control.State { return n.fsm.Shared() }
+
 // read calls f with this node's view of the state without copying it (see
 // control.FSM.Read).
 func (n *Node) read(f func(*control.State)) { n.fsm.Read(f) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -60,6 +61,9 @@ type Result struct {
 type FSM struct {
 	mu    sync.RWMutex
 	state *State
+	// shared is Shared's copy of state, nil when state changed since; it
+	// is set under the read lock and cleared under the write lock.
+	shared atomic.Pointer[State]
 	// onChange, when set, is called after each applied command (outside
 	// the lock) so the node can wake waiters.
 	onChange func()
@@ -73,6 +77,21 @@ func (f *FSM) State() *State {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.state.clone()
+}
+
+// Shared returns the current state without copying it for each caller:
+// one copy is made per applied command, on the first call after it, and
+// shared by every caller until the next. Callers must not change it. The
+// loops that read the whole state after every applied command use it, so
+// a thousand commands cost a thousand copies, not one per loop each.
+func (f *FSM) Shared() *State {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if s := f.shared.Load(); s != nil {
+		return s
+	}
+	f.shared.CompareAndSwap(nil, f.state.clone()) // readers only: the first copy stays
+	return f.shared.Load()
 }
 
 // Read calls f with the current state under the read lock, without a
@@ -97,6 +116,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 	var c Command
 	derr := json.Unmarshal(l.Data, &c)
 	f.mu.Lock()
+	f.shared.Store(nil)
 	f.state.Applied = max(f.state.Applied, l.Index)
 	var r Result
 	if derr != nil {
@@ -173,6 +193,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("control: restore snapshot: %w", err)
 	}
 	f.mu.Lock()
+	f.shared.Store(nil)
 	f.state = s
 	f.mu.Unlock()
 	if f.onChange != nil {

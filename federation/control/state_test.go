@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -354,5 +355,38 @@ func TestAdoptKeepsTheOwnerAndRefusesClashes(t *testing.T) {
 	}
 	if _, _, err := s.adopt(cfg, other); !errors.Is(err, appliance.ErrConflict) {
 		t.Errorf("another node adopting the same name: %v, want ErrConflict", err)
+	}
+}
+
+// Shared hands every caller the same copy until a command is applied or a
+// snapshot restored, and that copy is the state as it stood: a command
+// applied later shows only in the next one.
+func TestSharedIsOneCopyPerChange(t *testing.T) {
+	f := NewFSM(nil)
+	applyAll(t, f, addMember("n1"), declareCmd("first", appliance.Durable, 1, Policy{}))
+	s := f.Shared()
+	if again := f.Shared(); again != s {
+		t.Fatal("two calls without a change in between made two copies")
+	}
+	if _, ok := s.Queues["first"]; !ok {
+		t.Fatal("the shared state lacks the declared queue")
+	}
+	applyAll(t, f, declareCmd("second", appliance.Durable, 1, Policy{}))
+	if _, ok := s.Queues["second"]; ok {
+		t.Fatal("a command applied after the copy changed it")
+	}
+	next := f.Shared()
+	if next == s || !reflect.DeepEqual(next, f.State()) {
+		t.Fatalf("after a command, Shared is %+v, want a new copy equal to %+v", next, f.State())
+	}
+	var snap bytes.Buffer
+	if err := json.NewEncoder(&snap).Encode(NewFSM(nil).State()); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Restore(io.NopCloser(&snap)); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Shared(); len(got.Queues) != 0 {
+		t.Fatalf("after restoring an empty snapshot, Shared still has %d queues", len(got.Queues))
 	}
 }
