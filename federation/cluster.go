@@ -72,6 +72,17 @@ type Cluster struct {
 
 	serveMu  sync.Mutex        // one local declare or delete at a time; guards declared
 	declared map[string]uint64 // queues the local broker serves, by incarnation
+	// declaredMu, a leaf lock, is held with serveMu to change declared
+	// (setDeclaredLocked, undeclareLocked) and alone to read it from
+	// outside a declare or delete (brokerServes): a collection must not
+	// wait for one.
+	declaredMu sync.Mutex
+	// unserved are the queues the broker stopped serving since
+	// collectCopies last looked (guarded by declaredMu), and collectKick
+	// wakes it for them: the logs the broker kept open are its to remove
+	// once the state no longer assigns them.
+	unserved    []string
+	collectKick chan struct{}
 	// servedAt is the newest state (its Applied index) serve or unserve
 	// acted on: an older one, read before another caller acted, is
 	// ignored rather than allowed to undo what a newer one did.
@@ -119,7 +130,7 @@ func OpenCluster(o ClusterOptions) (*Cluster, error) {
 	}
 	c := &Cluster{log: logger.With("node", o.Node.ID), owned: map[string]*ownedPartition{},
 		declared: map[string]uint64{}, nodeSet: make(chan struct{}), bound: make(chan struct{}), stop: make(chan struct{}),
-		forwardOpts: o.Forward, forward: map[string]*client.Client{}, forwarders: map[string]*queueForwarder{}, proxies: map[*proxyConsumer]struct{}{}, local: map[string]LocalQueue{}, modeRuns: map[string]bool{}, modeKick: make(chan struct{}, 1), replicaDir: o.ReplicaDir, replicaFS: o.ReplicaFS,
+		forwardOpts: o.Forward, forward: map[string]*client.Client{}, forwarders: map[string]*queueForwarder{}, proxies: map[*proxyConsumer]struct{}{}, local: map[string]LocalQueue{}, modeRuns: map[string]bool{}, modeKick: make(chan struct{}, 1), collectKick: make(chan struct{}, 1), replicaDir: o.ReplicaDir, replicaFS: o.ReplicaFS,
 		fo: newFailover(), failoverTimeout: o.FailoverTimeout, followerHold: o.FollowerHold}
 	if c.failoverTimeout <= 0 {
 		c.failoverTimeout = DefaultFailoverTimeout
@@ -264,7 +275,7 @@ func (c *Cluster) serveLocked(st *control.State, name string) error {
 		// instance, which goes through recovery first) is served as it
 		// is; nothing else is opened here.
 		if _, err := b.QueueInfo(name); err == nil && !served {
-			c.declared[name] = q.Incarnation
+			c.setDeclaredLocked(name, q.Incarnation)
 		}
 		return nil
 	}
@@ -278,7 +289,7 @@ func (c *Cluster) serveLocked(st *control.State, name string) error {
 	if _, err := b.Declare(ctx, q.Config); err != nil {
 		return err
 	}
-	c.declared[name] = q.Incarnation
+	c.setDeclaredLocked(name, q.Incarnation)
 	c.fo.setServing(name, true)
 	c.kickModes() // a change pending in the state is this node's to carry out now
 	c.log.Info("serving queue", "queue", name, "policy", q.Policy.String(), "incarnation", q.Incarnation, "epoch", as[0].Epoch)
@@ -310,9 +321,50 @@ func (c *Cluster) deleteLocalLocked(ctx context.Context, b *appliance.Broker, na
 		return fmt.Errorf("delete queue %s from the local broker: %w", name, err)
 	}
 	c.log.Info("stopped serving queue: the cluster deleted it", "queue", name, "incarnation", c.declared[name])
-	delete(c.declared, name)
+	c.undeclareLocked(name)
 	c.fo.setServing(name, false)
 	return nil
+}
+
+// setDeclaredLocked records that the local broker serves name at
+// incarnation inc. serveMu is held.
+func (c *Cluster) setDeclaredLocked(name string, inc uint64) {
+	c.declaredMu.Lock()
+	c.declared[name] = inc
+	c.declaredMu.Unlock()
+}
+
+// undeclareLocked records that the local broker no longer serves name,
+// its logs closed, and wakes collectCopies to remove them if the state
+// no longer assigns them. serveMu is held.
+func (c *Cluster) undeclareLocked(name string) {
+	c.declaredMu.Lock()
+	delete(c.declared, name)
+	c.unserved = append(c.unserved, name)
+	c.declaredMu.Unlock()
+	select {
+	case c.collectKick <- struct{}{}:
+	default:
+	}
+}
+
+// takeUnserved returns the queues the broker stopped serving since the
+// last call.
+func (c *Cluster) takeUnserved() []string {
+	c.declaredMu.Lock()
+	defer c.declaredMu.Unlock()
+	names := c.unserved
+	c.unserved = nil
+	return names
+}
+
+// brokerServes says whether the local broker serves the queue of copy
+// id, at id's incarnation: the copy is the broker's open log.
+func (c *Cluster) brokerServes(id replication.CopyID) bool {
+	c.declaredMu.Lock()
+	defer c.declaredMu.Unlock()
+	inc, ok := c.declared[id.Queue]
+	return ok && inc == id.Incarnation
 }
 
 // newStateLocked reports whether st is at least as new as every state
@@ -440,8 +492,9 @@ func (c *Cluster) Attach(queue string, partition int, cfg appliance.QueueConfig,
 // it is no witness in a recovery. A history that cannot be saved is
 // logged: the partition then writes nothing (see follow).
 func (c *Cluster) beginInstance(queue string, partition int, log *wal.Log) (replication.History, string) {
+	opened := c.logCopy(queue, partition) // it reads the follower: not under mu
 	c.mu.Lock()
-	c.logsOpened = append(c.logsOpened, c.logCopy(queue, partition)) // collectCopies checks it is still assigned
+	c.logsOpened = append(c.logsOpened, opened) // collectCopies checks it is still assigned
 	c.mu.Unlock()
 	fs := c.replicaFS
 	dir := c.logDir(queue, partition)

@@ -24,7 +24,12 @@ import (
 //   - collectCopies, once the state has replayed, removes the copies the
 //     state no longer assigns to this node (the queue was deleted, or
 //     deleted and declared again), the ones on disk included, and does so
-//     again after every applied command.
+//     again after every applied command that took one away; the log of a
+//     queue the local broker still serves waits until the broker closed it.
+
+// collectRetry is how long a failed collection waits before it is tried
+// again, if no change comes first.
+const collectRetry = 5 * time.Second
 
 // acceptWait bounds how long a Hello waits for this node's control state
 // to assign the copy it names.
@@ -105,7 +110,9 @@ func (c *Cluster) keeps(id replication.CopyID) bool {
 	}
 	var keep bool
 	c.node.read(func(s *control.State) { keep = s.Holds(c.node.opts.ID, id.Queue, id.Incarnation, id.Partition) })
-	return keep
+	// The broker's own open log goes once the broker closed it (a deleted
+	// queue's, when syncQueues deleted it from the broker).
+	return keep || c.brokerServes(id)
 }
 
 // collectCopies removes the copies the state no longer assigns to this
@@ -117,8 +124,11 @@ func (c *Cluster) keeps(id replication.CopyID) bool {
 // not see assigned it, and a later one took it back); otherwise only the
 // copies the state assigned at the last look and no longer does are
 // looked at (a deletion touches only its own), and declarations and the
-// like, which only add, cost nothing. A failed collection walks again at
-// the next change.
+// like, which only add, cost nothing. The log of a queue the local broker
+// serves is the broker's until it closes it: keeps keeps it, and the
+// broker's delete (undeclareLocked) has that queue's directory looked at
+// again. A failed collection walks again, at the next change or after
+// collectRetry.
 func (c *Cluster) collectCopies() {
 	defer c.wg.Done()
 	select {
@@ -129,19 +139,25 @@ func (c *Cluster) collectCopies() {
 	var held map[replication.CopyID]bool // nil: collect
 	for {
 		changed := c.node.Changed()
-		now := c.heldCopies()
+		// The opened logs are taken before the state is read: a log is
+		// opened only once the state assigns it, so one opened after this
+		// read is not mistaken for one the state took back.
 		opened := append(c.follower.TakeOpened(), c.takeLogsOpened()...)
+		unserved := c.takeUnserved()
+		now := c.heldCopies()
 		var removed []replication.CopyID
 		var err error
 		switch lost := lostFrom(held, now); {
 		case held == nil || slices.ContainsFunc(opened, func(id replication.CopyID) bool { return !now[id] }):
 			removed, err = c.follower.Collect()
-		case len(lost) > 0:
-			removed, err = c.follower.CollectAmong(lost)
+		case len(lost) > 0 || len(unserved) > 0:
+			removed, err = c.follower.CollectAmong(lost, unserved)
 		}
+		var retry <-chan time.Time
 		if err != nil {
-			c.log.Error("cannot remove copies this node no longer follows", "err", err)
+			c.log.Error("cannot remove copies this node no longer follows; retrying", "err", err)
 			now = nil // walk them all next time
+			retry = time.After(collectRetry)
 		}
 		for _, id := range removed {
 			c.log.Info("removed a copy this node no longer follows", "queue", id.Queue,
@@ -150,6 +166,8 @@ func (c *Cluster) collectCopies() {
 		held = now
 		select {
 		case <-changed:
+		case <-c.collectKick:
+		case <-retry:
 		case <-c.stop:
 			return
 		}

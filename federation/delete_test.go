@@ -117,8 +117,8 @@ func TestDeleteAndRedeclare(t *testing.T) {
 // no longer assigns to it only when it cannot tell which those are:
 // declaring queues, which only adds copies, walks nothing (with a
 // thousand queues, a walk after every declaration made declaring them
-// quadratic), and deleting one removes its copies without a walk (the
-// same for deleting them).
+// quadratic), and deleting one removes its copies without a walk, the
+// owner's once its broker closed the queue.
 func TestDeclarationsDoNotWalkTheCopies(t *testing.T) {
 	nodes := startNodes(t, 3, nodeOptions{})
 	nodes.declare(t, "n1", appliance.QueueConfig{Name: "first"}, "")
@@ -138,6 +138,14 @@ func TestDeclarationsDoNotWalkTheCopies(t *testing.T) {
 			t.Errorf("%s walked its copies %d times for 10 declarations", id, got)
 		}
 	}
+	// The owner's copy is its broker's log: it goes once the broker closed
+	// the queue (the cluster no longer records it served), not while the
+	// broker may still write to it.
+	owner := nodes[nodes["n1"].cluster.Node().State().Assignments["more-3"][0].Owner]
+	inc := nodes["n1"].cluster.Node().State().Queues["more-3"].Incarnation
+	owner.removed.watchInUse(func(path string) bool {
+		return strings.Contains(path, "more-3") && owner.cluster.brokerServes(replication.CopyID{Queue: "more-3", Incarnation: inc})
+	})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	if err := nodes["n2"].cluster.DeleteQueue(ctx, "more-3"); err != nil {
@@ -147,6 +155,9 @@ func TestDeclarationsDoNotWalkTheCopies(t *testing.T) {
 		await.Within(t, time.Minute, n.id+" to remove its copy of the deleted queue", func() bool {
 			return n.cluster.Follower().NewestIncarnation("more-3", 0) == 0 // reads the queue's directory only
 		})
+	}
+	if early := owner.removed.removedEarly(); len(early) > 0 {
+		t.Errorf("the owner %s removed %v while its broker still served the queue", owner.id, early)
 	}
 	for id, n := range nodes {
 		if got := n.removed.walks.Load() - walks[id]; got != 0 {

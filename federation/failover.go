@@ -491,7 +491,7 @@ func (c *Cluster) releaseLocal(name, why string) error {
 	if err := b.DeleteQueue(ctx, name); err != nil && !errors.Is(err, appliance.ErrNotFound) {
 		return fmt.Errorf("close queue %s in the local broker: %w", name, err)
 	}
-	delete(c.declared, name)
+	c.undeclareLocked(name)
 	c.fo.setServing(name, false)
 	c.log.Warn("stopped serving queue", "queue", name, "why", why)
 	return nil

@@ -39,6 +39,24 @@ type removals struct {
 	mu    sync.Mutex
 	paths []string
 	walks atomic.Int64 // lists of the store of copies' own directory: walks of every copy
+	// inUse, when set, says whether a path is still in use (a log the
+	// broker has open); removals of such paths are kept in early.
+	inUse func(path string) bool
+	early []string
+}
+
+// watchInUse sets inUse.
+func (r *removals) watchInUse(inUse func(path string) bool) {
+	r.mu.Lock()
+	r.inUse = inUse
+	r.mu.Unlock()
+}
+
+// removedEarly lists the removals of paths still in use.
+func (r *removals) removedEarly() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.early)
 }
 
 func (r *removals) record(op errorfs.Op) error {
@@ -48,6 +66,9 @@ func (r *removals) record(op errorfs.Op) error {
 	if op.Kind == errorfs.OpRemoveAll {
 		r.mu.Lock()
 		r.paths = append(r.paths, op.Path)
+		if r.inUse != nil && r.inUse(op.Path) {
+			r.early = append(r.early, op.Path)
+		}
 		r.mu.Unlock()
 	}
 	return nil

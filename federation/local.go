@@ -231,7 +231,7 @@ func (c *Cluster) adoptLive(q LocalQueue) error {
 			return fmt.Errorf("close queue %s to hand it over: %w", name, err)
 		}
 	}
-	delete(c.declared, name)
+	c.undeclareLocked(name)
 	c.fo.setServing(name, false)
 	if err := c.moveAdoptedLogs(name, q.Dirs); err != nil {
 		return err

@@ -322,6 +322,12 @@ func (f *Follower) onDiskLocked() ([]CopyID, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list replicas in %s: %w", f.opts.Dir, err)
 	}
+	return f.copiesOfLocked(queues), nil
+}
+
+// copiesOfLocked lists the copies on disk of the named queues, in order.
+func (f *Follower) copiesOfLocked(queues []string) []CopyID {
+	fs := f.opts.FS
 	var ids []CopyID
 	for _, q := range slices.Sorted(slices.Values(queues)) {
 		incs, err := fs.List(fs.PathJoin(f.opts.Dir, q))
@@ -349,7 +355,7 @@ func (f *Follower) onDiskLocked() ([]CopyID, error) {
 	slices.SortFunc(ids, func(a, b CopyID) int {
 		return cmp.Or(cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.Incarnation, b.Incarnation), cmp.Compare(a.Partition, b.Partition))
 	})
-	return ids, nil
+	return ids
 }
 
 // Collect removes every copy, open or only on disk, that Keep rejects,
@@ -361,17 +367,20 @@ func (f *Follower) Collect() ([]CopyID, error) {
 	return f.removeMatching(f.onDiskLocked, func(id CopyID) bool { return !f.opts.Keep(id) })
 }
 
-// CollectAmong removes those of ids, open or only on disk, that Keep
-// rejects, and returns those it removed. It looks only at their
-// directories, not at every copy's: a caller that knows which copies
-// may have been left behind saves the walk.
-func (f *Follower) CollectAmong(ids []CopyID) ([]CopyID, error) {
+// CollectAmong removes those of ids, and any copy of the queues named,
+// open or only on disk, that Keep rejects, and returns those it removed.
+// It looks only at their directories, not at every copy's: a caller that
+// knows which copies may have been left behind saves the walk.
+func (f *Follower) CollectAmong(ids []CopyID, queues []string) ([]CopyID, error) {
 	if f.opts.Keep == nil {
 		return nil, nil
 	}
 	present := func() ([]CopyID, error) {
-		var on []CopyID
+		on := f.copiesOfLocked(queues)
 		for _, id := range ids {
+			if slices.Contains(queues, id.Queue) {
+				continue // listed with its queue
+			}
 			if _, err := f.opts.FS.Stat(f.copyDir(id)); err == nil {
 				on = append(on, id)
 			}
