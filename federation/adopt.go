@@ -37,7 +37,7 @@ func (c *Cluster) Adopt(ctx context.Context, cfg appliance.QueueConfig, partDirs
 	// Seen declared by this very process: the broker's open writes at
 	// epoch 1 without a recovery, as for any queue this node just
 	// declared. (After a restart part way the open goes through one.)
-	c.mayServe(c.node.State(), cfg.Name)
+	c.mayServe(c.node.shared(), cfg.Name)
 	return nil
 }
 

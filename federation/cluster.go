@@ -413,7 +413,7 @@ func (c *Cluster) DeleteQueue(ctx context.Context, name string) error {
 	}); err != nil {
 		return err
 	}
-	return c.unserve(c.node.State(), name)
+	return c.unserve(c.node.shared(), name)
 }
 
 // DeclarePolicy declares a queue cluster-wide under policy ("" = the
@@ -427,7 +427,7 @@ func (c *Cluster) DeclarePolicy(ctx context.Context, cfg appliance.QueueConfig, 
 	if err != nil {
 		return q, created, err
 	}
-	st := c.node.State()
+	st := c.node.shared()
 	// The dead-letter queue first: the queue may reject a message at once.
 	if dl := q.Config.DeadLetter; dl != "" {
 		if err := c.serve(st, dl); err != nil {

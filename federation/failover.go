@@ -444,7 +444,7 @@ func (c *Cluster) resealAfterTails(st *control.State, name string, epoch uint64,
 	c.fo.mu.Lock()
 	c.fo.sealed[name] = 0 // seal again
 	c.fo.mu.Unlock()
-	if err := c.sealQueue(c.node.State(), name); err != nil {
+	if err := c.sealQueue(c.node.shared(), name); err != nil {
 		c.log.Error("sealing again after taking the better tails failed", "queue", name, "err", err)
 	}
 }
@@ -463,7 +463,7 @@ func (c *Cluster) install(st *control.State, name string) error {
 	c.fo.installs[name] = as[0].Epoch
 	c.fo.mu.Unlock()
 	// The newest state: serve ignores one older than a state it acted on.
-	if err := c.serve(c.node.State(), name); err != nil {
+	if err := c.serve(c.node.shared(), name); err != nil {
 		c.fo.mu.Lock()
 		delete(c.fo.installs, name) // the next pass tries again
 		c.fo.mu.Unlock()
