@@ -142,7 +142,7 @@ func OpenCluster(o ClusterOptions) (*Cluster, error) {
 		c.replicaFS = vfs.Default
 	}
 	c.follower = replication.NewFollower(replication.FollowerOptions{Dir: o.ReplicaDir, FS: o.ReplicaFS,
-		SegmentSize: o.ReplicaSegmentSize, Logger: c.log, Accept: c.accept, Keep: c.keeps, PeerID: PeerNodeID})
+		SegmentSize: o.ReplicaSegmentSize, Logger: c.log, Accept: c.accept, Keep: c.keeps, InUse: c.brokerServes, PeerID: PeerNodeID})
 	o.Node.Replica = c.follower.Serve
 	n, err := Open(o.Node)
 	if err != nil {

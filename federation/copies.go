@@ -110,9 +110,7 @@ func (c *Cluster) keeps(id replication.CopyID) bool {
 	}
 	var keep bool
 	c.node.read(func(s *control.State) { keep = s.Holds(c.node.opts.ID, id.Queue, id.Incarnation, id.Partition) })
-	// The broker's own open log goes once the broker closed it (a deleted
-	// queue's, when syncQueues deleted it from the broker).
-	return keep || c.brokerServes(id)
+	return keep
 }
 
 // collectCopies removes the copies the state no longer assigns to this
@@ -125,10 +123,10 @@ func (c *Cluster) keeps(id replication.CopyID) bool {
 // copies the state assigned at the last look and no longer does are
 // looked at (a deletion touches only its own), and declarations and the
 // like, which only add, cost nothing. The log of a queue the local broker
-// serves is the broker's until it closes it: keeps keeps it, and the
-// broker's delete (undeclareLocked) has that queue's directory looked at
-// again. A failed collection walks again, at the next change or after
-// collectRetry.
+// serves is the broker's until it closes it: the Follower leaves it
+// (brokerServes, its InUse hook), and the broker's delete
+// (undeclareLocked) has that queue's directory looked at again. A failed
+// collection walks again, at the next change or after collectRetry.
 func (c *Cluster) collectCopies() {
 	defer c.wg.Done()
 	select {

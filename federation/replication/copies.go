@@ -358,17 +358,23 @@ func (f *Follower) copiesOfLocked(queues []string) []CopyID {
 	return ids
 }
 
-// Collect removes every copy, open or only on disk, that Keep rejects,
-// and returns those it removed. Without Keep it removes nothing.
+// Collect removes every copy, open or only on disk, that Keep rejects
+// and that is not InUse, and returns those it removed. Without Keep it
+// removes nothing.
 func (f *Follower) Collect() ([]CopyID, error) {
 	if f.opts.Keep == nil {
 		return nil, nil
 	}
-	return f.removeMatching(f.onDiskLocked, func(id CopyID) bool { return !f.opts.Keep(id) })
+	return f.removeMatching(f.onDiskLocked, f.collectable)
+}
+
+// collectable says whether Collect removes copy id.
+func (f *Follower) collectable(id CopyID) bool {
+	return !f.opts.Keep(id) && (f.opts.InUse == nil || !f.opts.InUse(id))
 }
 
 // CollectAmong removes those of ids, and any copy of the queues named,
-// open or only on disk, that Keep rejects, and returns those it removed.
+// open or only on disk, that Collect would, and returns those it removed.
 // It looks only at their directories, not at every copy's: a caller that
 // knows which copies may have been left behind saves the walk.
 func (f *Follower) CollectAmong(ids []CopyID, queues []string) ([]CopyID, error) {
@@ -387,7 +393,7 @@ func (f *Follower) CollectAmong(ids []CopyID, queues []string) ([]CopyID, error)
 		}
 		return on, nil
 	}
-	return f.removeMatching(present, func(id CopyID) bool { return !f.opts.Keep(id) })
+	return f.removeMatching(present, f.collectable)
 }
 
 // Remove removes every copy of a queue's partition, whatever its

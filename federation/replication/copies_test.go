@@ -230,6 +230,39 @@ func TestCollectRemovesCopies(t *testing.T) {
 	}
 }
 
+// A copy Keep rejects but that is in use elsewhere (the broker's open
+// log) stays through Collect and CollectAmong, and goes at the first
+// collection after it is not; CollectAmong looks only at what it is told.
+func TestCollectLeavesCopiesInUse(t *testing.T) {
+	fs := vfs.NewMem()
+	for _, dir := range []string{"r/q/7/0", "r/other/2/0"} {
+		l, err := wal.Open(dir, wal.Options{FS: fs, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+	}
+	var inUse atomic.Bool
+	inUse.Store(true)
+	f := NewFollower(FollowerOptions{Dir: "r", FS: fs, Logger: quiet,
+		Keep:  func(CopyID) bool { return false },
+		InUse: func(id CopyID) bool { return id.Queue == "q" && inUse.Load() }})
+	t.Cleanup(func() { f.Close() })
+	if removed, err := f.CollectAmong([]CopyID{{"q", 7, 0}}, nil); err != nil || len(removed) != 0 {
+		t.Fatalf("CollectAmong removed %v (%v) of a copy in use", removed, err)
+	}
+	inUse.Store(false)
+	if removed, err := f.CollectAmong(nil, []string{"q"}); err != nil || !slices.Equal(removed, []CopyID{{"q", 7, 0}}) {
+		t.Fatalf("CollectAmong of queue q removed %v (%v), want q/7/0", removed, err)
+	}
+	if ids, _ := f.Copies(); !slices.Equal(ids, []CopyID{{"other", 2, 0}}) {
+		t.Fatalf("copies %v: CollectAmong went beyond the queue it was given", ids)
+	}
+	if removed, err := f.Collect(); err != nil || !slices.Equal(removed, []CopyID{{"other", 2, 0}}) {
+		t.Fatalf("Collect removed %v (%v)", removed, err)
+	}
+}
+
 // Remove during a live stream with a sender pushing: the sender's stream
 // ends, it reconnects, and (Keep still accepting) the copy starts again
 // from empty and catches up to the owner's log.

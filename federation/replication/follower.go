@@ -52,6 +52,11 @@ type FollowerOptions struct {
 	// Collect removes the copies it rejects, and a copy it rejects is
 	// not opened. It must not block. Default: every copy is kept.
 	Keep func(c CopyID) bool
+	// InUse, when set, reports whether a copy Keep rejects is still in use
+	// outside the Follower (the broker's open log on the queue's owner):
+	// Collect leaves it for a later collection. It must not block.
+	// Default: none is.
+	InUse func(c CopyID) bool
 	// PeerID, when set, names the node at the other end of a stream (from
 	// its verified certificate; ok false without one): a stream is taken
 	// only from the owner its Hello names. Default: no check.
