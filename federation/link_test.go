@@ -108,14 +108,22 @@ func TestLinkCarriesEveryStreamOnOneConnection(t *testing.T) {
 // link's other streams go on.
 func TestLinkStreamThatStopsReadingHoldsUpOnlyItself(t *testing.T) {
 	stuck := make(chan struct{})
-	var first atomic.Bool
+	// The stream that stops reading says so in its first byte: the
+	// handlers of two streams may start in either order.
 	ls, addr, _, _ := linkPair(t, func(c net.Conn) {
-		if first.CompareAndSwap(false, true) {
-			defer c.Close()
-			<-stuck // never reads
+		defer c.Close()
+		mark := make([]byte, 1)
+		if _, err := io.ReadFull(c, mark); err != nil {
 			return
 		}
-		echo(c)
+		if mark[0] == 'S' {
+			<-stuck // reads nothing more
+			return
+		}
+		if _, err := c.Write(mark); err != nil {
+			return
+		}
+		io.Copy(c, c)
 	})
 	// Registered after linkPair's, so it runs first: closing the mux
 	// waits for this handler.
@@ -124,7 +132,7 @@ func TestLinkStreamThatStopsReadingHoldsUpOnlyItself(t *testing.T) {
 	defer blocked.Close()
 	wrote := make(chan error, 1)
 	go func() {
-		_, err := blocked.Write(make([]byte, 4<<20)) // past the stream's window
+		_, err := blocked.Write(append([]byte{'S'}, make([]byte, 4<<20)...)) // past the stream's window
 		wrote <- err
 	}()
 	other := openStream(t, ls, addr)
