@@ -492,14 +492,14 @@ func (c *Cluster) Attach(queue string, partition int, cfg appliance.QueueConfig,
 // it is no witness in a recovery. A history that cannot be saved is
 // logged: the partition then writes nothing (see follow).
 func (c *Cluster) beginInstance(queue string, partition int, log *wal.Log) (replication.History, string) {
-	opened := c.logCopy(queue, partition) // it reads the follower: not under mu
+	copyID := c.logCopy(queue, partition) // it reads the follower: not under mu
 	c.mu.Lock()
-	c.logsOpened = append(c.logsOpened, opened) // collectCopies checks it is still assigned
+	c.logsOpened = append(c.logsOpened, copyID) // collectCopies checks it is still assigned
 	c.mu.Unlock()
 	fs := c.replicaFS
-	dir := c.logDir(queue, partition)
+	dir := c.copyDir(copyID)
 	// A cut or damage the broker's open found ends the copy's liveness.
-	c.follower.NoteOpened(c.logCopy(queue, partition), log.Recovery())
+	c.follower.NoteOpened(copyID, log.Recovery())
 	h, err := replication.LoadHistory(fs, dir)
 	if err != nil {
 		c.log.Error("owned partition's history unreadable; starting a new one", "queue", queue, "partition", partition, "err", err)

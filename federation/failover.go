@@ -99,8 +99,12 @@ func (f *failover) servedCh() <-chan struct{} {
 // incarnation. Before the control state knows the queue (a restart) the
 // newest incarnation on disk is the one.
 func (c *Cluster) logDir(queue string, partition int) string {
-	id := c.logCopy(queue, partition)
-	return c.replicaFS.PathJoin(c.replicaDir, queue, strconv.FormatUint(id.Incarnation, 10), strconv.Itoa(partition))
+	return c.copyDir(c.logCopy(queue, partition))
+}
+
+// copyDir is copy id's directory.
+func (c *Cluster) copyDir(id replication.CopyID) string {
+	return c.replicaFS.PathJoin(c.replicaDir, id.Queue, strconv.FormatUint(id.Incarnation, 10), strconv.Itoa(id.Partition))
 }
 
 // logCopy names the copy logDir is the directory of.

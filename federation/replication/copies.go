@@ -274,21 +274,12 @@ func (f *Follower) removeDir(id CopyID) error {
 // NewestIncarnation is the newest incarnation of queue with a copy of
 // partition on disk, 0 for none. It reads only the queue's directory.
 func (f *Follower) NewestIncarnation(queue string, partition int) uint64 {
-	fs := f.opts.FS
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	incs, err := fs.List(fs.PathJoin(f.opts.Dir, queue))
-	if err != nil {
-		return 0
-	}
 	var newest uint64
-	for _, is := range incs {
-		inc, err := strconv.ParseUint(is, 10, 64)
-		if err != nil || inc <= newest {
-			continue
-		}
-		if _, err := fs.Stat(fs.PathJoin(f.opts.Dir, queue, is, strconv.Itoa(partition))); err == nil {
-			newest = inc
+	for _, id := range f.copiesOfLocked([]string{queue}) {
+		if id.Partition == partition {
+			newest = max(newest, id.Incarnation)
 		}
 	}
 	return newest
