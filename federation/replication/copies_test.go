@@ -164,14 +164,10 @@ func TestNewIncarnationReplacesCopy(t *testing.T) {
 	wantRefuse(t, addr, Hello{Epoch: 1, Incarnation: 5, Queue: "q"}, "stale queue incarnation")
 }
 
-// Collect removes what Keep rejects, open or only on disk: the open
-// copy's stream ends, its log closes and its directory goes; a stream for
-// it afterwards is refused. Copies Keep accepts stay.
-func TestCollectRemovesCopies(t *testing.T) {
-	fs := vfs.NewMem()
-	// A copy left on disk by an earlier run, of an incarnation long gone,
-	// and one of a queue still followed.
-	for _, dir := range []string{"r/old/3/0", "r/q/7/1"} {
+// copiesOnDisk leaves a closed copy of one synced record in each dir.
+func copiesOnDisk(t *testing.T, fs vfs.FS, dirs ...string) {
+	t.Helper()
+	for _, dir := range dirs {
 		l, err := wal.Open(dir, wal.Options{FS: fs, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
@@ -181,6 +177,16 @@ func TestCollectRemovesCopies(t *testing.T) {
 		}
 		l.Close()
 	}
+}
+
+// Collect removes what Keep rejects, open or only on disk: the open
+// copy's stream ends, its log closes and its directory goes; a stream for
+// it afterwards is refused. Copies Keep accepts stay.
+func TestCollectRemovesCopies(t *testing.T) {
+	fs := vfs.NewMem()
+	// A copy left on disk by an earlier run, of an incarnation long gone,
+	// and one of a queue still followed.
+	copiesOnDisk(t, fs, "r/old/3/0", "r/q/7/1")
 	var mu sync.Mutex
 	keep := map[CopyID]bool{{"q", 7, 0}: true, {"q", 7, 1}: true}
 	f := NewFollower(FollowerOptions{Dir: "r", FS: fs, Logger: quiet, Keep: func(id CopyID) bool {
@@ -235,13 +241,7 @@ func TestCollectRemovesCopies(t *testing.T) {
 // collection after it is not; CollectAmong looks only at what it is told.
 func TestCollectLeavesCopiesInUse(t *testing.T) {
 	fs := vfs.NewMem()
-	for _, dir := range []string{"r/q/7/0", "r/other/2/0"} {
-		l, err := wal.Open(dir, wal.Options{FS: fs, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.Close()
-	}
+	copiesOnDisk(t, fs, "r/q/7/0", "r/other/2/0")
 	var inUse atomic.Bool
 	inUse.Store(true)
 	f := NewFollower(FollowerOptions{Dir: "r", FS: fs, Logger: quiet,
