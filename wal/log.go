@@ -78,13 +78,14 @@ type Log struct {
 	holes []Hole       // quarantined ranges, sorted
 	head  uint64
 
-	w        *writer
-	appendCh chan *Completion // unbuffered: a send means the writer took it
-	queued   atomic.Int64     // appends being sent on appendCh and not taken yet
-	ctlCh    chan control
-	syncReq  chan syncJob
-	syncDone chan syncResult // the sync in flight's result, taken with w.mu held
-	syncNote chan struct{}   // wakes the writer goroutine for a result
+	w           *writer
+	appendCh    chan *Completion // unbuffered: a send means the writer took it
+	queued      atomic.Int64     // appends being sent on appendCh and not taken yet
+	ctlCh       chan control
+	syncReq     chan syncJob
+	syncDone    chan syncResult // the sync in flight's result, taken with w.mu held
+	syncNote    chan struct{}   // wakes the writer goroutine for a result
+	groupMember member          // this log's standing in Options.SyncGroup, owned by runSyncer
 	// writerKick wakes the writer goroutine after a direct write made
 	// the byte bound hold appends, so it stops taking them, and for
 	// SyncSoon.

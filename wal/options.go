@@ -110,6 +110,10 @@ type Options struct {
 	// it takes the blocks leaving the tail cache and the blocks read from
 	// segment files, and serves reads that miss the tail cache. Nil: none.
 	ReadCache *ReadCache
+	// SyncGroup, if set, is the node's group of logs whose background
+	// syncs (the interval's and the byte bound's) share one sync of their
+	// file system (syncgroup.go). Nil: every log syncs its own file.
+	SyncGroup *SyncGroup
 	// MaxRecordSize caps one record's payload. Default 8 MiB.
 	MaxRecordSize int
 	// OnRecover, if set, sees every record that recovery keeps in the active

@@ -187,11 +187,17 @@ func (w *writer) syncInline() {
 }
 
 // runSyncer performs sync jobs one at a time, off the writer goroutine, so
-// writes go on while a sync is in flight.
+// writes go on while a sync is in flight. Background syncs go through the
+// node's SyncGroup, if it has one.
 func (l *Log) runSyncer() {
 	for job := range l.syncReq {
 		start := time.Now()
-		err := job.file.SyncData()
+		var err error
+		if job.background {
+			err = l.opts.SyncGroup.sync(&l.groupMember, job.file)
+		} else {
+			err = job.file.SyncData()
+		}
 		l.observeSync(time.Since(start), err)
 		if err == nil && job.dir {
 			if derr := l.dirFile.Sync(); derr != nil {

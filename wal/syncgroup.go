@@ -1,0 +1,224 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// A node with many quiet logs pays one fdatasync per background sync of
+// each: a thousand buffered queues at ten records a second each sync
+// nearly every record on its own. A SyncGroup lets the background syncs of
+// every log on one file system share one sync of the whole file system
+// (syncfs(2)): the first log to ask leads, waits Gather for others, and
+// syncs once for all who asked before it started; those who ask meanwhile
+// form the next group. Syncs an append waits for (AfterFsync, Sync, a
+// rollover, Close) stay per file: they are on someone's critical path, and
+// a file system's sync also writes back files that are not the log's.
+//
+// Errors. syncfs reports a writeback error of any file on the file system
+// (Linux 5.8 and later; NewSyncGroup refuses older kernels), once per open
+// descriptor, and cannot say whose. The group syncs through one descriptor
+// it holds for its life, so every error after it opened reaches it exactly
+// once. When one does, every member of that group, and every log at its
+// next grouped sync, also fdatasyncs its own file, which reports the error
+// to the log it belongs to and to no other: a log latches for its own lost
+// writes, not a neighbour's, and none counts a lost write as synced.
+
+// ErrSyncGroupUnsupported says this platform's file-system sync cannot
+// report writeback errors, so a SyncGroup would hide them.
+var ErrSyncGroupUnsupported = errors.New("wal: sync group needs syncfs with error reporting (Linux 5.8 or later)")
+
+// DefaultSyncGroupGather is how long a group's leader waits for others.
+const DefaultSyncGroupGather = 5 * time.Millisecond
+
+// SyncGroupOptions configure a SyncGroup.
+type SyncGroupOptions struct {
+	// Gather is how long the first log to ask waits for others before the
+	// file system's sync starts: a background sync is off every publish's
+	// path, so a short wait buys larger groups. Default 5 ms; negative: no
+	// wait, groups form only from the logs that ask during a sync.
+	Gather time.Duration
+
+	// syncFS syncs the file system; tests replace it to count or fail.
+	syncFS func() error
+	// onWait, if set, sees the number of logs waiting each time one more
+	// starts to wait (tests), with the group's lock held.
+	onWait func(waiting int)
+}
+
+// SyncGroupStats counts a group's work.
+type SyncGroupStats struct {
+	FSSyncs  uint64 // file-system syncs run
+	Failures uint64 // of which reported an error
+	Covered  uint64 // log syncs completed by a successful file-system sync
+	Verified uint64 // per-file syncs run because a file-system sync reported an error
+	Waiting  int    // logs waiting for a sync now
+}
+
+// SyncGroup shares one file system's sync among the background syncs of
+// many logs. Its methods are safe for concurrent use; a nil *SyncGroup is
+// valid and syncs every file on its own.
+type SyncGroup struct {
+	opts SyncGroupOptions
+	dir  fsHandle // the descriptor syncs go through; its device names the file system
+
+	mu      sync.Mutex
+	cond    sync.Cond
+	running bool   // a leader is gathering or syncing
+	started uint64 // file-system syncs started
+	done    uint64 // file-system syncs finished
+	errGen  uint64 // file-system syncs that reported an error
+	failed  uint64 // the last finished sync's number, if it failed
+	st      SyncGroupStats
+}
+
+// NewSyncGroup opens a group for the file system holding dir. It returns
+// ErrSyncGroupUnsupported where that file system's sync cannot report
+// errors; callers go on without a group.
+func NewSyncGroup(dir string, opts SyncGroupOptions) (*SyncGroup, error) {
+	h, err := openFSHandle(dir)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Gather == 0 {
+		opts.Gather = DefaultSyncGroupGather
+	}
+	g := &SyncGroup{opts: opts, dir: h}
+	g.cond.L = &g.mu
+	if g.opts.syncFS == nil {
+		g.opts.syncFS = g.dir.sync
+	}
+	return g, nil
+}
+
+// Close releases the group's descriptor. Logs still using the group after
+// it closed sync their files on their own.
+func (g *SyncGroup) Close() error {
+	if g == nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for g.running {
+		g.cond.Wait()
+	}
+	return g.dir.close()
+}
+
+// Stats returns the group's counters.
+func (g *SyncGroup) Stats() SyncGroupStats {
+	if g == nil {
+		return SyncGroupStats{}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.st
+}
+
+// member is one log's standing in a group, owned by the log's syncer
+// goroutine: the file-system errors it has checked its own file against.
+type member struct {
+	seenErrGen uint64
+}
+
+// sync makes what was written to f before the call durable: through the
+// group's next file-system sync when f is on the group's file system, with
+// f's own fdatasync otherwise.
+func (g *SyncGroup) sync(m *member, f vfs.File) error {
+	if g == nil || !g.dir.holds(f) {
+		return f.SyncData()
+	}
+	g.mu.Lock()
+	if g.dir.closed() {
+		g.mu.Unlock()
+		return f.SyncData()
+	}
+	ticket := g.started + 1 // the first sync to start after this call
+	g.st.Waiting++
+	if g.opts.onWait != nil {
+		g.opts.onWait(g.st.Waiting)
+	}
+	for g.done < ticket {
+		if g.running {
+			g.cond.Wait()
+			continue
+		}
+		g.lead()
+	}
+	g.st.Waiting--
+	// The sync numbered ticket covered f; a failure of it, or of any
+	// sync since this log last checked, raised errGen.
+	verify := m.seenErrGen < g.errGen
+	errGen := g.errGen
+	if g.failed != ticket {
+		g.st.Covered++
+	}
+	if verify {
+		g.st.Verified++
+	}
+	g.mu.Unlock()
+	if !verify {
+		return nil
+	}
+	// A writeback error somewhere on the file system since this log last
+	// checked: its own fdatasync says whether the error was its.
+	if err := f.SyncData(); err != nil {
+		return err
+	}
+	m.seenErrGen = errGen
+	return nil
+}
+
+// lead runs one file-system sync for everyone waiting; g.mu is held, and
+// released while it gathers and syncs.
+func (g *SyncGroup) lead() {
+	g.running = true
+	if g.opts.Gather > 0 {
+		g.mu.Unlock()
+		time.Sleep(g.opts.Gather)
+		g.mu.Lock()
+	}
+	g.started++
+	n := g.started
+	g.mu.Unlock()
+	err := g.opts.syncFS()
+	g.mu.Lock()
+	g.done = n
+	g.running = false
+	g.st.FSSyncs++
+	if err != nil {
+		g.st.Failures++
+		g.errGen++
+		g.failed = n
+	}
+	g.cond.Broadcast()
+}
+
+// String names the group for logs.
+func (g *SyncGroup) String() string {
+	if g == nil {
+		return "no sync group"
+	}
+	return fmt.Sprintf("sync group on %s", g.dir.path)
+}
+
+// kernelVersion reads "6.1.0-13-arm64" as 6, 1 and "5.8-rc1" as 5, 8.
+func kernelVersion(release string) (major, minor int, ok bool) {
+	parts := strings.SplitN(release, ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	digits := strings.IndexFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' })
+	if digits < 0 {
+		digits = len(parts[1])
+	}
+	minor, err2 := strconv.Atoi(parts[1][:digits])
+	return major, minor, err1 == nil && err2 == nil
+}
