@@ -56,6 +56,7 @@ func (b *Broker) openPartition(q *queue, idx int) (*partition, error) {
 		SegmentSize:            b.opts.SegmentSize,
 		TailCacheBytes:         b.opts.TailCacheBytes,
 		ReadCache:              b.cache,
+		SyncGroup:              b.opts.SyncGroup,
 		ScrubBytesPerSecond:    max(b.opts.ScrubBytesPerSecond, 0),
 		BackgroundSyncInterval: walInterval(b.Settings()),
 		LockInProcess:          true, // the metadata store's lock keeps other processes out

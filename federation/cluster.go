@@ -33,6 +33,9 @@ type ClusterOptions struct {
 	ReplicaFS vfs.FS
 	// ReplicaSegmentSize of the copies' logs; default the log's default.
 	ReplicaSegmentSize int64
+	// ReplicaSyncGroup, if set, is the node's group whose logs share
+	// background syncs (wal.SyncGroup); default nil.
+	ReplicaSyncGroup *wal.SyncGroup
 	// Forward are the client options this node uses to reach other
 	// nodes' client listeners when it forwards a publish (token, TLS).
 	Forward client.Options
@@ -142,7 +145,7 @@ func OpenCluster(o ClusterOptions) (*Cluster, error) {
 		c.replicaFS = vfs.Default
 	}
 	c.follower = replication.NewFollower(replication.FollowerOptions{Dir: o.ReplicaDir, FS: o.ReplicaFS,
-		SegmentSize: o.ReplicaSegmentSize, Logger: c.log, Accept: c.accept, Keep: c.keeps, InUse: c.brokerServes, PeerID: PeerNodeID})
+		SegmentSize: o.ReplicaSegmentSize, SyncGroup: o.ReplicaSyncGroup, Logger: c.log, Accept: c.accept, Keep: c.keeps, InUse: c.brokerServes, PeerID: PeerNodeID})
 	o.Node.Replica = c.follower.Serve
 	n, err := Open(o.Node)
 	if err != nil {

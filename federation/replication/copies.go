@@ -181,7 +181,7 @@ func (f *Follower) openLog(id CopyID, interval time.Duration) (*wal.Log, error) 
 	// broker, whose metadata store locks the data directory, keeps other
 	// processes out.
 	log, err := wal.Open(dir, wal.Options{FS: f.opts.FS, SegmentSize: f.opts.SegmentSize,
-		TailCacheBytes: -1, BackgroundSyncInterval: interval, LockInProcess: true,
+		TailCacheBytes: -1, BackgroundSyncInterval: interval, LockInProcess: true, SyncGroup: f.opts.SyncGroup,
 		Logger: f.opts.Logger.With("replica", replicaKey(id.Queue, id.Partition))})
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"github.com/fibril-edge/fibril/appliance/server"
 	"github.com/fibril-edge/fibril/federation"
 	"github.com/fibril-edge/fibril/federation/control"
+	"github.com/fibril-edge/fibril/wal"
 )
 
 // ClusterConfig joins fibrild to a cluster (package federation). With an
@@ -184,7 +185,7 @@ func clusterTLS(cl ClusterConfig, id string) (server, client *tls.Config, err er
 
 // openCluster opens the node's control plane and its store of copies
 // under the data directory: cluster/ (raft) and replicas/.
-func openCluster(cfg Config, clientAddr string, log *slog.Logger) (*federation.Cluster, error) {
+func openCluster(cfg Config, clientAddr string, group *wal.SyncGroup, log *slog.Logger) (*federation.Cluster, error) {
 	cl := cfg.Cluster
 	peers, err := cl.peers()
 	if err != nil {
@@ -207,6 +208,7 @@ func openCluster(cfg Config, clientAddr string, log *slog.Logger) (*federation.C
 			Logger: log},
 		ReplicaDir:         filepath.Join(cfg.Storage.DataDir, "replicas"),
 		ReplicaSegmentSize: int64(cfg.Storage.SegmentSize),
+		ReplicaSyncGroup:   group,
 		Forward:            forwardOptions(cfg, cliTLS),
 		FailoverTimeout:    time.Duration(cl.FailoverTimeout),
 		FollowerHold:       time.Duration(cl.FollowerHold),

@@ -69,6 +69,8 @@ func RunReloading(ctx context.Context, cfg Config, log *slog.Logger, reload Relo
 		return err
 	}
 	defer unlock()
+	group := openSyncGroup(dataDir, log)
+	defer func() { _ = group.Close() }()
 	metrics := admin.NewMetrics()
 	if faultInjection {
 		log.Warn("storage fault injection compiled in (-tags faultinject): a test build, never for production")
@@ -96,7 +98,7 @@ func RunReloading(ctx context.Context, cfg Config, log *slog.Logger, reload Relo
 	var replication appliance.Replication
 	var logDir func(string, int) string
 	if cfg.Cluster.Enabled() {
-		if cluster, err = openCluster(cfg, ln.Addr().String(), log); err != nil {
+		if cluster, err = openCluster(cfg, ln.Addr().String(), group, log); err != nil {
 			closeListeners()
 			return err
 		}
@@ -110,6 +112,7 @@ func RunReloading(ctx context.Context, cfg Config, log *slog.Logger, reload Relo
 		Replication:     replication,
 		LogDir:          logDir,
 		FS:              storageFS(),
+		SyncGroup:       group,
 		Observer:        metrics,
 		DataDir:         cfg.Storage.DataDir,
 		Logger:          log,
