@@ -33,7 +33,13 @@ type syncResult struct {
 // background timer. AfterNextFsync waiters alone start one only when no
 // background timer would, or SyncSoon asked.
 func (w *writer) afterWrite() {
-	if w.latched || w.syncInFlight {
+	if w.latched {
+		return
+	}
+	if w.syncInFlight {
+		if len(w.fsyncWaiters) > w.lazyWaiters {
+			w.hurrySync()
+		}
 		return
 	}
 	switch {
@@ -68,15 +74,22 @@ func (w *writer) backgroundTick() {
 	w.startSync(true)
 }
 
-// startSync submits one sync of everything written; at most one is in flight.
+// startSync submits one sync of everything written to the syncer; at most
+// one is in flight.
 func (w *writer) startSync(background bool) {
-	w.syncInFlight = true
+	w.l.syncReq <- w.beginSync(background)
+}
+
+// beginSync marks a sync of everything written in flight and returns its
+// job, for the syncer or for an appender that runs it itself (syncHere).
+func (w *writer) beginSync(background bool) syncJob {
+	w.syncInFlight, w.bgInFlight = true, background
 	// This sync covers what SyncSoon asked for: it starts after a whole
 	// group is written. (syncInline leaves the flag: a roll syncs before
 	// the rest of its group is written.)
 	w.l.syncSoon.Store(false)
 	w.lastSyncAt = time.Now()
-	w.l.syncReq <- syncJob{
+	return syncJob{
 		file:        w.active.file,
 		dir:         w.dirGen > w.dirSynced,
 		dirGen:      w.dirGen,
@@ -89,7 +102,7 @@ func (w *writer) startSync(background bool) {
 // syncFinished applies a sync result; next says whether it may start the
 // next sync or arm the timer.
 func (w *writer) syncFinished(r syncResult, next bool) {
-	w.syncInFlight = false
+	w.syncInFlight, w.bgInFlight, w.hurried = false, false, false
 	if w.latched {
 		return // a result of a sync started before the latch
 	}
@@ -145,8 +158,20 @@ func (w *writer) applySync(job syncJob, took time.Duration) {
 	}
 }
 
+// hurrySync tells the sync group that an append, a rollover or Close
+// waits for this log's background sync in flight: the log leaves the
+// group's wait and syncs its own file, so nothing on a publish's path
+// waits for the group's gathering or another file's writeback.
+func (w *writer) hurrySync() {
+	if w.syncInFlight && w.bgInFlight && !w.hurried {
+		w.hurried = true
+		w.l.opts.SyncGroup.hurry(&w.l.groupMember)
+	}
+}
+
 // waitSync waits for the sync in flight, if any, and applies its result.
 func (w *writer) waitSync() {
+	w.hurrySync()
 	if w.syncInFlight {
 		w.syncFinished(<-w.l.syncDone, false)
 	}
@@ -191,25 +216,30 @@ func (w *writer) syncInline() {
 // node's SyncGroup, if it has one.
 func (l *Log) runSyncer() {
 	for job := range l.syncReq {
-		start := time.Now()
-		var err error
-		if job.background {
-			err = l.opts.SyncGroup.sync(&l.groupMember, job.file)
-		} else {
-			err = job.file.SyncData()
-		}
-		l.observeSync(time.Since(start), err)
-		if err == nil && job.dir {
-			if derr := l.dirFile.Sync(); derr != nil {
-				err = fmt.Errorf("sync directory: %w", derr)
-			}
-		}
-		l.syncDone <- syncResult{job: job, err: err, took: time.Since(start)}
+		l.syncDone <- l.runSync(job)
 		select {
 		case l.syncNote <- struct{}{}:
 		default: // a note is pending already
 		}
 	}
+}
+
+// runSync performs one sync job: the segment's fdatasync, or the sync
+// group's for a background job, and the directory's when one is owed.
+func (l *Log) runSync(job syncJob) syncResult {
+	start := time.Now()
+	var err error
+	if job.background {
+		_, err = l.opts.SyncGroup.sync(&l.groupMember, job.file, l.observeSync)
+	} else {
+		err = syncFile(job.file, l.observeSync)
+	}
+	if err == nil && job.dir {
+		if derr := l.dirFile.Sync(); derr != nil {
+			err = fmt.Errorf("sync directory: %w", derr)
+		}
+	}
+	return syncResult{job: job, err: err, took: time.Since(start)}
 }
 
 // observeSync reports one fdatasync of a segment file to Options.OnSync.

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -22,17 +23,23 @@ import (
 // a file system's sync also writes back files that are not the log's.
 //
 // Errors. syncfs reports a writeback error of any file on the file system
-// (Linux 5.8 and later; NewSyncGroup refuses older kernels), once per open
-// descriptor, and cannot say whose. The group syncs through one descriptor
+// (NewSyncGroup refuses kernels and file systems where it may not: see
+// syncfsReportsErrors and openFSHandle), once per open descriptor, and
+// cannot say whose. The group syncs through one descriptor
 // it holds for its life, so every error after it opened reaches it exactly
 // once. When one does, every member of that group, and every log at its
 // next grouped sync, also fdatasyncs its own file, which reports the error
 // to the log it belongs to and to no other: a log latches for its own lost
 // writes, not a neighbour's, and none counts a lost write as synced.
 
-// ErrSyncGroupUnsupported says this platform's file-system sync cannot
-// report writeback errors, so a SyncGroup would hide them.
-var ErrSyncGroupUnsupported = errors.New("wal: sync group needs syncfs with error reporting (Linux 5.8 or later)")
+// ErrSyncGroupUnsupported says this platform's file-system sync is not
+// known to report every error fdatasync would, so a SyncGroup could hide
+// one: the group needs Linux 6.6 or later and ext4.
+var ErrSyncGroupUnsupported = errors.New("wal: no sync group here (it needs Linux 6.6 or later and ext4)")
+
+// errGroupClosed fails the syncs of a closed group: its members check
+// their own files instead.
+var errGroupClosed = errors.New("wal: sync group closed")
 
 // DefaultSyncGroupGather is how long a group's leader waits for others.
 const DefaultSyncGroupGather = 5 * time.Millisecond
@@ -57,7 +64,8 @@ type SyncGroupStats struct {
 	FSSyncs  uint64 // file-system syncs run
 	Failures uint64 // of which reported an error
 	Covered  uint64 // log syncs completed by a successful file-system sync
-	Verified uint64 // per-file syncs run because a file-system sync reported an error
+	Verified uint64 // per-file syncs run to check for a reported error (and at each log's first grouped sync)
+	Hurried  uint64 // log syncs that left the group to sync their own file for an append waiting on them
 	Waiting  int    // logs waiting for a sync now
 }
 
@@ -70,11 +78,12 @@ type SyncGroup struct {
 
 	mu      sync.Mutex
 	cond    sync.Cond
-	running bool   // a leader is gathering or syncing
-	started uint64 // file-system syncs started
-	done    uint64 // file-system syncs finished
-	errGen  uint64 // file-system syncs that reported an error
-	failed  uint64 // the last finished sync's number, if it failed
+	running bool          // a leader is gathering or syncing
+	started uint64        // file-system syncs started
+	done    uint64        // file-system syncs finished
+	errGen  uint64        // file-system syncs that reported an error
+	failed  uint64        // the last finished sync's number, if it failed
+	cut     chan struct{} // hurry's: ends a leader's gathering
 	st      SyncGroupStats
 }
 
@@ -89,7 +98,10 @@ func NewSyncGroup(dir string, opts SyncGroupOptions) (*SyncGroup, error) {
 	if opts.Gather == 0 {
 		opts.Gather = DefaultSyncGroupGather
 	}
-	g := &SyncGroup{opts: opts, dir: h}
+	// errGen starts at one: every log checks its own file at its first
+	// grouped sync, for errors before the group opened (which the group's
+	// descriptor does not see). Open the group before its logs all the same.
+	g := &SyncGroup{opts: opts, dir: h, errGen: 1, cut: make(chan struct{}, 1)}
 	g.cond.L = &g.mu
 	if g.opts.syncFS == nil {
 		g.opts.syncFS = g.dir.sync
@@ -121,23 +133,27 @@ func (g *SyncGroup) Stats() SyncGroupStats {
 	return g.st
 }
 
-// member is one log's standing in a group, owned by the log's syncer
-// goroutine: the file-system errors it has checked its own file against.
+// member is one log's standing in a group: the file-system errors it has
+// checked its own file against (owned by the log's syncer goroutine), and
+// whether its writer is waiting for the sync in flight (hurry).
 type member struct {
 	seenErrGen uint64
+	hurried    atomic.Bool
 }
 
 // sync makes what was written to f before the call durable: through the
-// group's next file-system sync when f is on the group's file system, with
-// f's own fdatasync otherwise.
-func (g *SyncGroup) sync(m *member, f vfs.File) error {
+// group's next file-system sync when f is on the group's file system
+// (grouped), with f's own fdatasync otherwise. observe times the
+// fdatasyncs it runs.
+func (g *SyncGroup) sync(m *member, f vfs.File, observe func(time.Duration, error)) (grouped bool, err error) {
+	defer m.hurried.Store(false)
 	if g == nil || !g.dir.holds(f) {
-		return f.SyncData()
+		return false, syncFile(f, observe)
 	}
 	g.mu.Lock()
 	if g.dir.closed() {
 		g.mu.Unlock()
-		return f.SyncData()
+		return false, syncFile(f, observe)
 	}
 	ticket := g.started + 1 // the first sync to start after this call
 	g.st.Waiting++
@@ -145,6 +161,14 @@ func (g *SyncGroup) sync(m *member, f vfs.File) error {
 		g.opts.onWait(g.st.Waiting)
 	}
 	for g.done < ticket {
+		if m.hurried.Load() && g.started < ticket {
+			// An append waits for this log's sync, and the group's has
+			// not started: the log syncs its own file, now.
+			g.st.Waiting--
+			g.st.Hurried++
+			g.mu.Unlock()
+			return false, syncFile(f, observe)
+		}
 		if g.running {
 			g.cond.Wait()
 			continue
@@ -164,15 +188,32 @@ func (g *SyncGroup) sync(m *member, f vfs.File) error {
 	}
 	g.mu.Unlock()
 	if !verify {
-		return nil
+		return true, nil
 	}
 	// A writeback error somewhere on the file system since this log last
-	// checked: its own fdatasync says whether the error was its.
-	if err := f.SyncData(); err != nil {
-		return err
+	// checked (or the log's first grouped sync): its own fdatasync says
+	// whether the error was its.
+	if err := syncFile(f, observe); err != nil {
+		return true, err
 	}
 	m.seenErrGen = errGen
-	return nil
+	return true, nil
+}
+
+// hurry says an append waits for m's sync in flight: m leaves the group if
+// the group's sync has not started, and a leader gathering stops waiting.
+func (g *SyncGroup) hurry(m *member) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	m.hurried.Store(true)
+	g.cond.Broadcast()
+	g.mu.Unlock()
+	select {
+	case g.cut <- struct{}{}:
+	default: // a cut is pending already
+	}
 }
 
 // lead runs one file-system sync for everyone waiting; g.mu is held, and
@@ -181,7 +222,12 @@ func (g *SyncGroup) lead() {
 	g.running = true
 	if g.opts.Gather > 0 {
 		g.mu.Unlock()
-		time.Sleep(g.opts.Gather)
+		t := time.NewTimer(g.opts.Gather)
+		select {
+		case <-t.C:
+		case <-g.cut: // someone's append waits: sync now
+			t.Stop()
+		}
 		g.mu.Lock()
 	}
 	g.started++
@@ -191,13 +237,27 @@ func (g *SyncGroup) lead() {
 	g.mu.Lock()
 	g.done = n
 	g.running = false
-	g.st.FSSyncs++
+	if err != errGroupClosed {
+		g.st.FSSyncs++
+	}
 	if err != nil {
-		g.st.Failures++
+		if err != errGroupClosed {
+			g.st.Failures++
+		}
 		g.errGen++
 		g.failed = n
 	}
 	g.cond.Broadcast()
+}
+
+// syncFile is f's own fdatasync, timed for observe.
+func syncFile(f vfs.File, observe func(time.Duration, error)) error {
+	start := time.Now()
+	err := f.SyncData()
+	if observe != nil {
+		observe(time.Since(start), err)
+	}
+	return err
 }
 
 // String names the group for logs.

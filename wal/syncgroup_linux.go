@@ -14,13 +14,29 @@ type fsHandle struct {
 	dev  uint64
 }
 
+// ext4Magic is ext4's f_type in statfs(2).
+const ext4Magic = 0xEF53
+
 func openFSHandle(dir string) (fsHandle, error) {
-	if !syncfsReportsErrors() {
-		return fsHandle{}, ErrSyncGroupUnsupported
+	if release, ok := syncfsReportsErrors(); !ok {
+		return fsHandle{}, fmt.Errorf("%w: kernel %s", ErrSyncGroupUnsupported, release)
 	}
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fsHandle{}, fmt.Errorf("wal: open %s for its file system's syncs: %w", dir, err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		_ = unix.Close(fd)
+		return fsHandle{}, fmt.Errorf("wal: statfs %s: %w", dir, err)
+	}
+	// Only ext4's sync is known to report what fdatasync would: overlayfs
+	// keeps writeback errors on the file system under it, XFS's sync may
+	// skip the device's cache flush when its log is idle, FUSE may not
+	// reach the backing store.
+	if fs.Type != ext4Magic {
+		_ = unix.Close(fd)
+		return fsHandle{}, fmt.Errorf("%w: %s is not on ext4 (file system type %#x)", ErrSyncGroupUnsupported, dir, fs.Type)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -48,9 +64,21 @@ func (h *fsHandle) closed() bool { return h.fd < 0 }
 
 func (h *fsHandle) sync() error {
 	if h.fd < 0 {
-		return fmt.Errorf("wal: sync group on %s is closed", h.path)
+		return errGroupClosed
 	}
-	return unix.Syncfs(h.fd)
+	if err := unix.Syncfs(h.fd); err != nil {
+		return err
+	}
+	// A file system remounted read-only after an error (errors=remount-ro)
+	// returns from syncfs at once, having written nothing back.
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(h.fd, &fs); err != nil {
+		return fmt.Errorf("statfs after sync: %w", err)
+	}
+	if fs.Flags&unix.ST_RDONLY != 0 {
+		return fmt.Errorf("file system of %s is read-only", h.path)
+	}
+	return nil
 }
 
 func (h *fsHandle) close() error {
@@ -62,13 +90,17 @@ func (h *fsHandle) close() error {
 	return err
 }
 
-// syncfsReportsErrors reports whether this kernel's syncfs returns
-// writeback errors: Linux 5.8 and later.
-func syncfsReportsErrors() bool {
+// syncfsReportsErrors reports whether this kernel's syncfs returns every
+// error fdatasync would, and the kernel's release. Writeback errors reach
+// syncfs from Linux 5.8, the file system's own sync errors (a failed
+// journal commit or cache flush) from 5.17, and ext4 reports a forced
+// shutdown to syncfs from 6.6: 6.6 is the first release the group trusts.
+func syncfsReportsErrors() (release string, ok bool) {
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {
-		return false
+		return "unknown", false
 	}
-	major, minor, ok := kernelVersion(unix.ByteSliceToString(u.Release[:]))
-	return ok && (major > 5 || major == 5 && minor >= 8)
+	release = unix.ByteSliceToString(u.Release[:])
+	major, minor, ok := kernelVersion(release)
+	return release, ok && (major > 6 || major == 6 && minor >= 6)
 }

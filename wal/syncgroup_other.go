@@ -10,5 +10,5 @@ type fsHandle struct{ path string }
 func openFSHandle(string) (fsHandle, error) { return fsHandle{}, ErrSyncGroupUnsupported }
 func (h *fsHandle) holds(vfs.File) bool     { return false }
 func (h *fsHandle) closed() bool            { return true }
-func (h *fsHandle) sync() error             { return ErrSyncGroupUnsupported }
+func (h *fsHandle) sync() error             { return errGroupClosed }
 func (h *fsHandle) close() error            { return nil }

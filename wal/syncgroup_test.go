@@ -1,12 +1,14 @@
 package wal
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -18,6 +20,7 @@ import (
 type heldSyncs struct {
 	want    int
 	enough  chan struct{}
+	once    sync.Once
 	mu      sync.Mutex
 	calls   int
 	failNth int // this call (1-based) fails with EIO
@@ -30,7 +33,7 @@ func newHeldSyncs(want int) *heldSyncs {
 
 func (h *heldSyncs) onWait(waiting int) {
 	if waiting == h.want {
-		close(h.enough)
+		h.once.Do(func() { close(h.enough) })
 	}
 }
 
@@ -89,14 +92,24 @@ func TestSyncGroupSharesOneSync(t *testing.T) {
 	}
 	st := g.Stats()
 	// The first sync covered the log that started it; the nineteen that
-	// asked while it ran shared the second.
-	if st.FSSyncs != 2 || st.Covered != logs || st.Failures != 0 || st.Verified != 0 {
-		t.Fatalf("stats %+v, want 2 file-system syncs covering %d log syncs", st, logs)
+	// asked while it ran shared the second. Each log's first grouped sync
+	// also checks its own file (errors from before the group opened).
+	if st.FSSyncs != 2 || st.Covered != logs || st.Failures != 0 || st.Verified != logs {
+		t.Fatalf("stats %+v, want 2 file-system syncs covering %d log syncs, each checked once", st, logs)
+	}
+	// From the second on, a grouped sync is the file system's alone.
+	for _, l := range all {
+		if _, err := l.Append(ctx, entries(3, 1, 100), AfterFlush); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for i, l := range all {
-		if s := l.Status(); s.BackgroundSyncs != 1 {
-			t.Fatalf("log %d: %d background syncs, want 1", i, s.BackgroundSyncs)
+		if _, err := l.WaitDurable(ctx, 4); err != nil {
+			t.Fatalf("log %d: %v", i, err)
 		}
+	}
+	if st := g.Stats(); st.Covered != 2*logs || st.Verified != logs || st.FSSyncs > 2+logs {
+		t.Fatalf("stats %+v after a second round, want %d covered and no new checks", st, 2*logs)
 	}
 }
 
@@ -193,5 +206,56 @@ func TestKernelVersion(t *testing.T) {
 		if major != c.major || minor != c.minor || ok != c.ok {
 			t.Errorf("kernelVersion(%q) = %d, %d, %v; want %d, %d, %v", c.release, major, minor, ok, c.major, c.minor, c.ok)
 		}
+	}
+}
+
+// Nothing on a publish's path waits for the group's gathering: a durable
+// append, or a Close, behind a grouped background sync makes the log sync
+// its own file (or the gathering leader sync at once), and completes.
+func TestSyncGroupDoesNotHoldAppendsThatWait(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		then func(ctx context.Context, l *Log) error
+	}{
+		{"durable append", func(ctx context.Context, l *Log) error {
+			_, err := l.Append(ctx, entries(1, 1, 100), AfterFsync)
+			return err
+		}},
+		{"close", func(_ context.Context, l *Log) error { return l.Close() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			entered := make(chan struct{}, 2)
+			// An hour's gathering: were anything to wait for it, the test's
+			// deadline would end first.
+			g, err := NewSyncGroup(dir, SyncGroupOptions{Gather: time.Hour, onWait: func(int) { entered <- struct{}{} }})
+			if errors.Is(err, ErrSyncGroupUnsupported) {
+				t.Skip(err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = g.Close() }()
+			l, err := Open(filepath.Join(dir, "q"), Options{SyncGroup: g, BackgroundSyncInterval: 1, SyncBytesThreshold: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = l.Close() }()
+			ctx := testCtx(t)
+			if _, err := l.Append(ctx, entries(0, 1, 100), AfterFlush); err != nil {
+				t.Fatal(err)
+			}
+			select { // the background sync now leads a gathering
+			case <-entered:
+			case <-ctx.Done():
+				t.Fatal("no background sync reached the group")
+			}
+			if err := tc.then(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+			if st := g.Stats(); st.FSSyncs+st.Hurried == 0 {
+				t.Fatalf("stats %+v: the append completed with no sync", st)
+			}
+		})
 	}
 }

@@ -57,6 +57,8 @@ type writer struct {
 	fsyncWaiters []*Completion // written, waiting for durable, in offset order
 	lazyWaiters  int           // of fsyncWaiters, the AfterNextFsync ones
 	syncInFlight bool
+	bgInFlight   bool      // the sync in flight is a background one (it may go through the sync group)
+	hurried      bool      // the sync group was told an append waits for it
 	lastSyncAt   time.Time // when the last sync started
 	timer        *time.Timer
 	timerArmed   bool
@@ -160,6 +162,7 @@ func (w *writer) holdAppends() bool {
 		if !w.syncInFlight {
 			w.startSync(true)
 		}
+		w.hurrySync()     // held appends wait for it: no gathering
 		w.publishStatus() // the writer may now wait on the sync alone
 	}
 	w.holding = hold

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fibril-edge/fibril/appliance/client"
+	"github.com/fibril-edge/fibril/wal"
 )
 
 // End to end: the Go client against a real fibrild process on loopback.
@@ -221,6 +222,16 @@ func TestEndToEnd(t *testing.T) {
 			endToEnd(t, ctx, c, mode)
 			t.Logf("%s: %d messages published, consumed and acked in %v", mode, e2eMessages, time.Since(phase).Round(time.Millisecond))
 		})
+	}
+	// The buffered queue's background syncs went through the node's sync
+	// group: file-system syncs that covered them, none reporting an error.
+	m := scrape(t, p.Admin, "")
+	if g, err := wal.NewSyncGroup(t.TempDir(), wal.SyncGroupOptions{}); err != nil {
+		t.Log("no sync group here:", err)
+	} else if _ = g.Close(); m["fibril_sync_group_syncs_total"] < 1 || m["fibril_sync_group_covered_total"] < m["fibril_sync_group_syncs_total"] ||
+		m["fibril_sync_group_failures_total"] != 0 {
+		t.Errorf("sync group metrics: syncs %v, covered %v, failures %v; want syncs that covered the buffered queue's background syncs",
+			m["fibril_sync_group_syncs_total"], m["fibril_sync_group_covered_total"], m["fibril_sync_group_failures_total"])
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/fibril-edge/fibril/appliance/server"
 	"github.com/fibril-edge/fibril/federation"
 	"github.com/fibril-edge/fibril/federation/uplink"
+	"github.com/fibril-edge/fibril/wal"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -59,7 +60,7 @@ func listenAdmin(c AdminConfig) (net.Listener, error) {
 // the [server] tokens (already resolved), the [admin] hosts and
 // connection limit, and HTTPS when [admin] tls_cert is set.
 func startAdmin(cfg Config, ln net.Listener, b *appliance.Broker, m *admin.Metrics, srv *server.Server, bridges func() []admin.BridgeStats,
-	uplinks func() []uplink.Stats, cluster *federation.Cluster, log *slog.Logger) (*adminServer, error) {
+	uplinks func() []uplink.Stats, cluster *federation.Cluster, group *wal.SyncGroup, log *slog.Logger) (*adminServer, error) {
 	if ln == nil {
 		log.Info("admin API off: [admin] listen is empty")
 		return &adminServer{}, nil
@@ -69,7 +70,7 @@ func startAdmin(cfg Config, ln net.Listener, b *appliance.Broker, m *admin.Metri
 		Logger:               log, Metrics: m, ServerConnections: srv.Connections, ServerRefused: srv.Refused, ServerStats: serverStats(srv),
 		UI:      dashboard.Handler(),
 		Version: Version, Bridges: bridges, Uplinks: func() any { return uplinks() },
-		Collectors: []prometheus.Collector{uplink.Collector(uplinks)},
+		Collectors: append([]prometheus.Collector{uplink.Collector(uplinks)}, syncGroupMetrics(group)...),
 		Sessions:   func() any { return srv.Sessions() }}
 	if cluster != nil {
 		opts.Cluster = func() (admin.ClusterView, bool) { return cluster.View(), true }

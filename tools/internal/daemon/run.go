@@ -147,7 +147,7 @@ func RunReloading(ctx context.Context, cfg Config, log *slog.Logger, reload Relo
 	var running atomic.Pointer[runningBridges] // set once the bridges start
 	var runningUp atomic.Pointer[runningUplinks]
 	adm, err := startAdmin(cfg, adminLn, b, metrics, srv, func() []admin.BridgeStats { return running.Load().stats() },
-		func() []uplink.Stats { return runningUp.Load().stats() }, cluster, log)
+		func() []uplink.Stats { return runningUp.Load().stats() }, cluster, group, log)
 	if err != nil {
 		closeListeners()
 		return errors.Join(err, closeBroker(b, log), closeCluster(cluster))
