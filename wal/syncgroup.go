@@ -16,21 +16,31 @@ import (
 // each: a thousand buffered queues at ten records a second each sync
 // nearly every record on its own. A SyncGroup lets the background syncs of
 // every log on one file system share one sync of the whole file system
-// (syncfs(2)): the first log to ask leads, waits Gather for others, and
-// syncs once for all who asked before it started; those who ask meanwhile
-// form the next group. Syncs an append waits for (AfterFsync, Sync, a
+// (syncfs(2)): the first log to ask leads, waits until Spacing has passed
+// since the last sync started, gathering others, and syncs once for all
+// who asked before it started; those who ask meanwhile form the next
+// group. The spacing bounds the file system's syncs, and with them the
+// journal commits they force: each commits every inode changed since the
+// last (a write's new mtime too, which a log's own fdatasync would leave
+// to the journal's timer), so syncs a few milliseconds apart wrote twice
+// the bytes per message of the logs' own fdatasyncs. Syncs an append waits for (AfterFsync, Sync, a
 // rollover, Close) stay per file: they are on someone's critical path, and
-// a file system's sync also writes back files that are not the log's.
+// a file system's sync also writes back files that are not the log's. One
+// that finds the log's background sync waiting in the group hurries it:
+// the log leaves the group and syncs its own file, or, leading, stops
+// gathering.
 //
 // Errors. syncfs reports a writeback error of any file on the file system
-// (NewSyncGroup refuses kernels and file systems where it may not: see
-// syncfsReportsErrors and openFSHandle), once per open descriptor, and
-// cannot say whose. The group syncs through one descriptor
-// it holds for its life, so every error after it opened reaches it exactly
-// once. When one does, every member of that group, and every log at its
-// next grouped sync, also fdatasyncs its own file, which reports the error
-// to the log it belongs to and to no other: a log latches for its own lost
-// writes, not a neighbour's, and none counts a lost write as synced.
+// once per open descriptor, and cannot say whose (NewSyncGroup refuses the
+// kernels and file systems where it may not report one at all: see
+// syncfsReportsErrors and openFSHandle). The group syncs through one
+// descriptor it holds for its life, so every error after it opened reaches
+// it exactly once. When one does, every member of that group, and every
+// log at its next grouped sync, also fdatasyncs its own file, which reports
+// the error to the log it belongs to and to no other: a log latches for
+// its own lost writes, not a neighbour's, and none counts a lost write as
+// synced. Each log also checks its own file at its first grouped sync, for
+// errors from before the group opened.
 
 // ErrSyncGroupUnsupported says this platform's file-system sync is not
 // known to report every error fdatasync would, so a SyncGroup could hide
@@ -41,16 +51,20 @@ var ErrSyncGroupUnsupported = errors.New("wal: no sync group here (it needs Linu
 // their own files instead.
 var errGroupClosed = errors.New("wal: sync group closed")
 
-// DefaultSyncGroupGather is how long a group's leader waits for others.
-const DefaultSyncGroupGather = 5 * time.Millisecond
+// DefaultSyncGroupSpacing is the least time between two file-system syncs'
+// starts: half the logs' default background sync interval.
+const DefaultSyncGroupSpacing = DefaultBackgroundSyncInterval / 2
 
 // SyncGroupOptions configure a SyncGroup.
 type SyncGroupOptions struct {
-	// Gather is how long the first log to ask waits for others before the
-	// file system's sync starts: a background sync is off every publish's
-	// path, so a short wait buys larger groups. Default 5 ms; negative: no
-	// wait, groups form only from the logs that ask during a sync.
-	Gather time.Duration
+	// Spacing is the least time between the starts of two file-system
+	// syncs: the first log to ask waits out what is left of it, gathering
+	// others (a background sync is off every publish's path; an append that
+	// waits for one hurries it). A log's written records so wait at most
+	// its own interval plus Spacing for their sync. Default 50 ms
+	// (DefaultSyncGroupSpacing); negative: no wait, groups form only from
+	// the logs that ask during a sync.
+	Spacing time.Duration
 
 	// syncFS syncs the file system; tests replace it to count or fail.
 	syncFS func() error
@@ -79,6 +93,7 @@ type SyncGroup struct {
 	mu      sync.Mutex
 	cond    sync.Cond
 	running bool          // a leader is gathering or syncing
+	last    time.Time     // when the last file-system sync started
 	started uint64        // file-system syncs started
 	done    uint64        // file-system syncs finished
 	errGen  uint64        // file-system syncs that reported an error
@@ -95,8 +110,8 @@ func NewSyncGroup(dir string, opts SyncGroupOptions) (*SyncGroup, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.Gather == 0 {
-		opts.Gather = DefaultSyncGroupGather
+	if opts.Spacing == 0 {
+		opts.Spacing = DefaultSyncGroupSpacing
 	}
 	// errGen starts at one: every log checks its own file at its first
 	// grouped sync, for errors before the group opened (which the group's
@@ -220,9 +235,9 @@ func (g *SyncGroup) hurry(m *member) {
 // released while it gathers and syncs.
 func (g *SyncGroup) lead() {
 	g.running = true
-	if g.opts.Gather > 0 {
+	if wait := time.Until(g.last.Add(g.opts.Spacing)); wait > 0 {
 		g.mu.Unlock()
-		t := time.NewTimer(g.opts.Gather)
+		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-g.cut: // someone's append waits: sync now
@@ -230,6 +245,7 @@ func (g *SyncGroup) lead() {
 		}
 		g.mu.Lock()
 	}
+	g.last = time.Now()
 	g.started++
 	n := g.started
 	g.mu.Unlock()

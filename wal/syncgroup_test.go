@@ -53,7 +53,7 @@ func (h *heldSyncs) sync() error {
 
 func newTestGroup(t *testing.T, dir string, h *heldSyncs) *SyncGroup {
 	t.Helper()
-	g, err := NewSyncGroup(dir, SyncGroupOptions{Gather: -1, syncFS: func() error { return h.sync() }, onWait: h.onWait})
+	g, err := NewSyncGroup(dir, SyncGroupOptions{Spacing: -1, syncFS: func() error { return h.sync() }, onWait: h.onWait})
 	if errors.Is(err, ErrSyncGroupUnsupported) {
 		t.Skip(err)
 	}
@@ -218,7 +218,7 @@ func TestSyncGroupDoesNotHoldAppendsThatWait(t *testing.T) {
 		then func(ctx context.Context, l *Log) error
 	}{
 		{"durable append", func(ctx context.Context, l *Log) error {
-			_, err := l.Append(ctx, entries(1, 1, 100), AfterFsync)
+			_, err := l.Append(ctx, entries(2, 1, 100), AfterFsync)
 			return err
 		}},
 		{"close", func(_ context.Context, l *Log) error { return l.Close() }},
@@ -226,9 +226,10 @@ func TestSyncGroupDoesNotHoldAppendsThatWait(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			entered := make(chan struct{}, 2)
-			// An hour's gathering: were anything to wait for it, the test's
-			// deadline would end first.
-			g, err := NewSyncGroup(dir, SyncGroupOptions{Gather: time.Hour, onWait: func(int) { entered <- struct{}{} }})
+			// An hour between syncs: were anything to wait for the next one,
+			// the test's deadline would end first. The first sync (the
+			// logs' first look at their own files) goes at once.
+			g, err := NewSyncGroup(dir, SyncGroupOptions{Spacing: time.Hour, onWait: func(int) { entered <- struct{}{} }})
 			if errors.Is(err, ErrSyncGroupUnsupported) {
 				t.Skip(err)
 			}
@@ -242,19 +243,28 @@ func TestSyncGroupDoesNotHoldAppendsThatWait(t *testing.T) {
 			}
 			defer func() { _ = l.Close() }()
 			ctx := testCtx(t)
+			// The first grouped sync goes at once; the second waits out the
+			// hour, leading a gathering.
 			if _, err := l.Append(ctx, entries(0, 1, 100), AfterFlush); err != nil {
 				t.Fatal(err)
 			}
-			select { // the background sync now leads a gathering
+			if _, err := l.WaitDurable(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			<-entered
+			if _, err := l.Append(ctx, entries(1, 1, 100), AfterFlush); err != nil {
+				t.Fatal(err)
+			}
+			select {
 			case <-entered:
 			case <-ctx.Done():
-				t.Fatal("no background sync reached the group")
+				t.Fatal("no second background sync reached the group")
 			}
 			if err := tc.then(ctx, l); err != nil {
 				t.Fatal(err)
 			}
-			if st := g.Stats(); st.FSSyncs+st.Hurried == 0 {
-				t.Fatalf("stats %+v: the append completed with no sync", st)
+			if st := g.Stats(); st.FSSyncs+st.Hurried < 2 {
+				t.Fatalf("stats %+v: the second sync neither ran nor left the group", st)
 			}
 		})
 	}
