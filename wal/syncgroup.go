@@ -20,10 +20,9 @@ import (
 // since the last sync started, gathering others, and syncs once for all
 // who asked before it started; those who ask meanwhile form the next
 // group. The spacing bounds the file system's syncs, and with them the
-// journal commits they force: each commits every inode changed since the
-// last (a write's new mtime too, which a log's own fdatasync would leave
-// to the journal's timer), so syncs a few milliseconds apart wrote twice
-// the bytes per message of the logs' own fdatasyncs. Syncs an append waits for (AfterFsync, Sync, a
+// journal commits and device cache flushes they force, at 20 a second with
+// the default: each commits every inode changed since the last, a write's
+// new mtime too, which a log's own fdatasync leaves to the journal's timer. Syncs an append waits for (AfterFsync, Sync, a
 // rollover, Close) stay per file: they are on someone's critical path, and
 // a file system's sync also writes back files that are not the log's. One
 // that finds the log's background sync waiting in the group hurries it:
