@@ -74,22 +74,15 @@ func (w *writer) backgroundTick() {
 	w.startSync(true)
 }
 
-// startSync submits one sync of everything written to the syncer; at most
-// one is in flight.
+// startSync submits one sync of everything written; at most one is in flight.
 func (w *writer) startSync(background bool) {
-	w.l.syncReq <- w.beginSync(background)
-}
-
-// beginSync marks a sync of everything written in flight and returns its
-// job, for the syncer or for an appender that runs it itself (syncHere).
-func (w *writer) beginSync(background bool) syncJob {
 	w.syncInFlight, w.bgInFlight = true, background
 	// This sync covers what SyncSoon asked for: it starts after a whole
 	// group is written. (syncInline leaves the flag: a roll syncs before
 	// the rest of its group is written.)
 	w.l.syncSoon.Store(false)
 	w.lastSyncAt = time.Now()
-	return syncJob{
+	w.l.syncReq <- syncJob{
 		file:        w.active.file,
 		dir:         w.dirGen > w.dirSynced,
 		dirGen:      w.dirGen,
@@ -160,8 +153,9 @@ func (w *writer) applySync(job syncJob, took time.Duration) {
 
 // hurrySync tells the sync group that an append, a rollover or Close
 // waits for this log's background sync in flight: the log leaves the
-// group's wait and syncs its own file, so nothing on a publish's path
-// waits for the group's gathering or another file's writeback.
+// group's wait and syncs its own file (or, leading, stops waiting out the
+// spacing), so a publish waits at most for a file-system sync already
+// under way, never for the group's spacing.
 func (w *writer) hurrySync() {
 	if w.syncInFlight && w.bgInFlight && !w.hurried {
 		w.hurried = true
