@@ -226,7 +226,7 @@ func (l *Log) runSync(job syncJob) syncResult {
 	if job.background {
 		_, err = l.opts.SyncGroup.sync(&l.groupMember, job.file, l.observeSync)
 	} else {
-		err = syncFile(job.file, l.observeSync)
+		err = l.opts.SyncGroup.syncWaited(&l.groupMember, job.file, l.observeSync)
 	}
 	if err == nil && job.dir {
 		if derr := l.dirFile.Sync(); derr != nil {

@@ -70,6 +70,9 @@ type SyncGroupOptions struct {
 	// onWait, if set, sees the number of logs waiting each time one more
 	// starts to wait (tests), with the group's lock held.
 	onWait func(waiting int)
+	// beforeLead, if set, runs before a leader starts a sync, without the
+	// lock (tests: it holds the leader until the group they want waits).
+	beforeLead func()
 }
 
 // SyncGroupStats counts a group's work.
@@ -79,6 +82,7 @@ type SyncGroupStats struct {
 	Covered  uint64 // log syncs completed by a successful file-system sync
 	Verified uint64 // per-file syncs run to check for a reported error (and at each log's first grouped sync)
 	Hurried  uint64 // log syncs that left the group to sync their own file for an append waiting on them
+	Alone    uint64 // log syncs that found no other log asking, and synced their own file
 	Waiting  int    // logs waiting for a sync now
 }
 
@@ -88,12 +92,18 @@ type SyncGroupStats struct {
 type SyncGroup struct {
 	opts SyncGroupOptions
 	dir  fsHandle // the descriptor syncs go through; its device names the file system
+	// waited is the lane of the syncs appends wait for (a durable
+	// queue's): no spacing, so a sync starts as soon as the one before it
+	// ends, and the appends of other logs that ask meanwhile share the
+	// next. It has its own descriptor, so it sees every error too.
+	waited *SyncGroup
 
 	mu      sync.Mutex
 	cond    sync.Cond
 	running bool          // a leader is gathering or syncing
 	last    time.Time     // when the last file-system sync started
 	started uint64        // file-system syncs started
+	queued  int           // logs that asked since the last sync started
 	done    uint64        // file-system syncs finished
 	errGen  uint64        // file-system syncs that reported an error
 	failed  uint64        // the last finished sync's number, if it failed
@@ -105,6 +115,18 @@ type SyncGroup struct {
 // ErrSyncGroupUnsupported where that file system's sync cannot report
 // errors; callers go on without a group.
 func NewSyncGroup(dir string, opts SyncGroupOptions) (*SyncGroup, error) {
+	g, err := newSyncLane(dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	if g.waited, err = newSyncLane(dir, SyncGroupOptions{Spacing: -1}); err != nil {
+		_ = g.dir.close()
+		return nil, err
+	}
+	return g, nil
+}
+
+func newSyncLane(dir string, opts SyncGroupOptions) (*SyncGroup, error) {
 	h, err := openFSHandle(dir)
 	if err != nil {
 		return nil, err
@@ -123,9 +145,16 @@ func NewSyncGroup(dir string, opts SyncGroupOptions) (*SyncGroup, error) {
 	return g, nil
 }
 
-// Close releases the group's descriptor. Logs still using the group after
+// Close releases the group's descriptors. Logs still using the group after
 // it closed sync their files on their own.
 func (g *SyncGroup) Close() error {
+	if g == nil {
+		return nil
+	}
+	return errors.Join(g.waited.closeLane(), g.closeLane())
+}
+
+func (g *SyncGroup) closeLane() error {
 	if g == nil {
 		return nil
 	}
@@ -137,7 +166,15 @@ func (g *SyncGroup) Close() error {
 	return g.dir.close()
 }
 
-// Stats returns the group's counters.
+// WaitedStats returns the counters of the lane of syncs appends wait for.
+func (g *SyncGroup) WaitedStats() SyncGroupStats {
+	if g == nil {
+		return SyncGroupStats{}
+	}
+	return g.waited.Stats()
+}
+
+// Stats returns the counters of the group's background syncs.
 func (g *SyncGroup) Stats() SyncGroupStats {
 	if g == nil {
 		return SyncGroupStats{}
@@ -149,10 +186,26 @@ func (g *SyncGroup) Stats() SyncGroupStats {
 
 // member is one log's standing in a group: the file-system errors it has
 // checked its own file against (owned by the log's syncer goroutine), and
-// whether its writer is waiting for the sync in flight (hurry).
+// whether its writer is waiting for the sync in flight (hurry); waited is
+// its standing in the waited lane.
 type member struct {
 	seenErrGen uint64
 	hurried    atomic.Bool
+	waited     *member
+}
+
+// syncWaited makes what was written to f durable for an append that waits
+// for it: through the waited lane, where a log that finds no other asking
+// syncs its own file, as it would without a group.
+func (g *SyncGroup) syncWaited(m *member, f vfs.File, observe func(time.Duration, error)) error {
+	if g == nil {
+		return syncFile(f, observe)
+	}
+	if m.waited == nil {
+		m.waited = &member{}
+	}
+	_, err := g.waited.sync(m.waited, f, observe)
+	return err
 }
 
 // sync makes what was written to f before the call durable: through the
@@ -170,6 +223,7 @@ func (g *SyncGroup) sync(m *member, f vfs.File, observe func(time.Duration, erro
 		return false, syncFile(f, observe)
 	}
 	ticket := g.started + 1 // the first sync to start after this call
+	g.queued++
 	g.st.Waiting++
 	if g.opts.onWait != nil {
 		g.opts.onWait(g.st.Waiting)
@@ -178,6 +232,7 @@ func (g *SyncGroup) sync(m *member, f vfs.File, observe func(time.Duration, erro
 		if m.hurried.Load() && g.started < ticket {
 			// An append waits for this log's sync, and the group's has
 			// not started: the log syncs its own file, now.
+			g.queued--
 			g.st.Waiting--
 			g.st.Hurried++
 			g.mu.Unlock()
@@ -187,7 +242,12 @@ func (g *SyncGroup) sync(m *member, f vfs.File, observe func(time.Duration, erro
 			g.cond.Wait()
 			continue
 		}
-		g.lead()
+		if alone, err := g.lead(f, observe); alone {
+			g.st.Waiting--
+			g.st.Alone++
+			g.mu.Unlock()
+			return false, err
+		}
 	}
 	g.st.Waiting--
 	// The sync numbered ticket covered f; a failure of it, or of any
@@ -231,9 +291,17 @@ func (g *SyncGroup) hurry(m *member) {
 }
 
 // lead runs one file-system sync for everyone waiting; g.mu is held, and
-// released while it gathers and syncs.
-func (g *SyncGroup) lead() {
+// released while it gathers and syncs. When no other log asked, it syncs
+// the leader's own file f instead and reports alone, with that sync's
+// error: one fdatasync, which skips the inodes' timestamps a file system's
+// sync commits, and whose error is the leader's own.
+func (g *SyncGroup) lead(f vfs.File, observe func(time.Duration, error)) (alone bool, err error) {
 	g.running = true
+	if g.opts.beforeLead != nil {
+		g.mu.Unlock()
+		g.opts.beforeLead()
+		g.mu.Lock()
+	}
 	if wait := time.Until(g.last.Add(g.opts.Spacing)); wait > 0 {
 		g.mu.Unlock()
 		t := time.NewTimer(wait)
@@ -247,8 +315,18 @@ func (g *SyncGroup) lead() {
 	g.last = time.Now()
 	g.started++
 	n := g.started
+	round := g.queued
+	g.queued = 0
 	g.mu.Unlock()
-	err := g.opts.syncFS()
+	if round == 1 { // the leader alone asked before this sync started
+		err := syncFile(f, observe)
+		g.mu.Lock()
+		g.done = n
+		g.running = false
+		g.cond.Broadcast()
+		return true, err
+	}
+	err = g.opts.syncFS()
 	g.mu.Lock()
 	g.done = n
 	g.running = false
@@ -263,6 +341,7 @@ func (g *SyncGroup) lead() {
 		g.failed = n
 	}
 	g.cond.Broadcast()
+	return false, nil
 }
 
 // syncFile is f's own fdatasync, timed for observe.

@@ -14,116 +14,164 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
-// heldSyncs is a file-system sync for tests: the first one waits until
-// want logs wait for the group behind it, so the group the rest form is
-// known; every sync then runs the real one unless fail says otherwise.
-type heldSyncs struct {
-	want    int
-	enough  chan struct{}
-	once    sync.Once
+// rounds drives a group's syncs for tests: the k-th sync's leader waits
+// until want[k] logs wait (the leader among them), so who shares each
+// sync is known; each sync runs the real one unless failNth names it.
+type rounds struct {
+	want    []int
+	ready   []chan struct{}
 	mu      sync.Mutex
+	waiting int // the round whose count onWait watches
+	led     int // syncs led
 	calls   int
-	failNth int // this call (1-based) fails with EIO
+	failNth int // this file-system sync (1-based) fails with EIO
 	real    func() error
 }
 
-func newHeldSyncs(want int) *heldSyncs {
-	return &heldSyncs{want: want, enough: make(chan struct{})}
+func newRounds(want ...int) *rounds {
+	r := &rounds{want: want}
+	for range want {
+		r.ready = append(r.ready, make(chan struct{}))
+	}
+	return r
 }
 
-func (h *heldSyncs) onWait(waiting int) {
-	if waiting == h.want {
-		h.once.Do(func() { close(h.enough) })
+// onWait runs with the group's lock held, as each log starts to wait.
+func (r *rounds) onWait(waiting int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.waiting < len(r.want) && waiting == r.want[r.waiting] {
+		close(r.ready[r.waiting])
+		r.waiting++
 	}
 }
 
-func (h *heldSyncs) sync() error {
-	h.mu.Lock()
-	h.calls++
-	n := h.calls
-	h.mu.Unlock()
-	if n == 1 && h.want > 0 {
-		<-h.enough
+func (r *rounds) beforeLead() {
+	r.mu.Lock()
+	k := r.led
+	r.led++
+	r.mu.Unlock()
+	if k < len(r.ready) {
+		<-r.ready[k]
 	}
-	if n == h.failNth {
+}
+
+func (r *rounds) sync() error {
+	r.mu.Lock()
+	r.calls++
+	n := r.calls
+	r.mu.Unlock()
+	if n == r.failNth {
 		return syscall.EIO
 	}
-	return h.real()
+	return r.real()
 }
 
-func newTestGroup(t *testing.T, dir string, h *heldSyncs) *SyncGroup {
+func newTestGroup(t *testing.T, dir string, r *rounds) *SyncGroup {
 	t.Helper()
-	g, err := NewSyncGroup(dir, SyncGroupOptions{Spacing: -1, syncFS: func() error { return h.sync() }, onWait: h.onWait})
+	g, err := NewSyncGroup(dir, SyncGroupOptions{Spacing: -1, syncFS: r.sync, onWait: r.onWait, beforeLead: r.beforeLead})
 	if errors.Is(err, ErrSyncGroupUnsupported) {
 		t.Skip(err)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.real = g.dir.sync
+	r.real = g.dir.sync
 	t.Cleanup(func() { _ = g.Close() })
 	return g
 }
 
+// appendAll appends one record to each log and waits until each is durable.
+func appendAll(t *testing.T, ctx context.Context, d Boundary, logs ...*Log) {
+	t.Helper()
+	var cs []*Completion
+	for _, l := range logs {
+		cs = append(cs, l.AppendAsync(entries(int(l.WrittenNext()), 1, 100), d))
+	}
+	for i, c := range cs {
+		res, err := c.Wait(ctx)
+		if err == nil {
+			_, err = logs[i].WaitDurable(ctx, res.Next)
+		}
+		if err != nil {
+			t.Fatalf("log %d: %v", i, err)
+		}
+	}
+}
+
 // The background syncs of many logs on one file system share its syncs:
-// twenty logs whose background syncs ask while one sync runs are all
-// covered by the next one, and every record they wrote becomes durable.
+// twenty logs that ask together are covered by one file-system sync, and
+// every record they wrote becomes durable; a log that asks alone syncs
+// its own file.
 func TestSyncGroupSharesOneSync(t *testing.T) {
 	const logs = 20
 	dir := t.TempDir()
-	h := newHeldSyncs(logs) // the first log's sync holds until all twenty wait
-	g := newTestGroup(t, dir, h)
+	r := newRounds(logs) // the first sync waits until all twenty ask
+	g := newTestGroup(t, dir, r)
 	var all []*Log
 	for i := range logs {
-		l := mustOpen(t, vfs.Default, filepath.Join(dir, string(rune('a'+i))),
-			Options{SyncGroup: g, BackgroundSyncInterval: 1, SyncBytesThreshold: -1})
-		all = append(all, l)
+		all = append(all, mustOpen(t, vfs.Default, filepath.Join(dir, string(rune('a'+i))),
+			Options{SyncGroup: g, BackgroundSyncInterval: 1, SyncBytesThreshold: -1}))
 	}
 	ctx := testCtx(t)
-	for _, l := range all {
-		if _, err := l.Append(ctx, entries(0, 3, 100), AfterFlush); err != nil {
-			t.Fatal(err)
-		}
+	appendAll(t, ctx, AfterFlush, all...)
+	// Each log's first grouped sync also checks its own file (errors
+	// from before the group opened).
+	if st := g.Stats(); st.FSSyncs != 1 || st.Covered != logs || st.Failures != 0 || st.Verified != logs || st.Alone != 0 {
+		t.Fatalf("stats %+v, want 1 file-system sync covering %d log syncs, each checked once", st, logs)
 	}
-	for i, l := range all {
-		if _, err := l.WaitDurable(ctx, 3); err != nil {
-			t.Fatalf("log %d: %v", i, err)
-		}
+	// From then on a shared sync is the file system's alone, and a log
+	// that asks with no other syncs its own file.
+	appendAll(t, ctx, AfterFlush, all...)
+	appendAll(t, ctx, AfterFlush, all[0])
+	if st := g.Stats(); st.Covered+st.Alone != 2*logs+1 || st.Verified != logs || st.Alone == 0 {
+		t.Fatalf("stats %+v after two more rounds, want %d log syncs, no new checks, the last alone", st, 2*logs+1)
 	}
-	st := g.Stats()
-	// The first sync covered the log that started it; the nineteen that
-	// asked while it ran shared the second. Each log's first grouped sync
-	// also checks its own file (errors from before the group opened).
-	if st.FSSyncs != 2 || st.Covered != logs || st.Failures != 0 || st.Verified != logs {
-		t.Fatalf("stats %+v, want 2 file-system syncs covering %d log syncs, each checked once", st, logs)
+}
+
+// Appends that wait for their sync (a durable queue's) share file-system
+// syncs too, in a lane of their own without spacing; one that asks alone
+// is one fdatasync of its own file, as without a group.
+func TestSyncGroupSharesWaitedSyncs(t *testing.T) {
+	dir := t.TempDir()
+	g, err := NewSyncGroup(dir, SyncGroupOptions{})
+	if errors.Is(err, ErrSyncGroupUnsupported) {
+		t.Skip(err)
 	}
-	// From the second on, a grouped sync is the file system's alone.
-	for _, l := range all {
-		if _, err := l.Append(ctx, entries(3, 1, 100), AfterFlush); err != nil {
-			t.Fatal(err)
-		}
+	if err != nil {
+		t.Fatal(err)
 	}
-	for i, l := range all {
-		if _, err := l.WaitDurable(ctx, 4); err != nil {
-			t.Fatalf("log %d: %v", i, err)
-		}
+	defer func() { _ = g.Close() }()
+	r := newRounds(2) // the waited lane's first sync waits for both logs
+	g.waited.opts.onWait, g.waited.opts.beforeLead = r.onWait, r.beforeLead
+	a := mustOpen(t, vfs.Default, filepath.Join(dir, "a"), Options{SyncGroup: g})
+	b := mustOpen(t, vfs.Default, filepath.Join(dir, "b"), Options{SyncGroup: g})
+	ctx := testCtx(t)
+	appendAll(t, ctx, AfterFsync, a, b)
+	appendAll(t, ctx, AfterFsync, a)
+	st := g.WaitedStats()
+	if st.FSSyncs != 1 || st.Covered != 2 || st.Alone != 1 {
+		t.Fatalf("waited lane %+v, want one file-system sync for both logs, then one alone", st)
 	}
-	if st := g.Stats(); st.Covered != 2*logs || st.Verified != logs || st.FSSyncs > 2+logs {
-		t.Fatalf("stats %+v after a second round, want %d covered and no new checks", st, 2*logs)
+	if bg := g.Stats(); bg.FSSyncs+bg.Covered+bg.Alone != 0 {
+		t.Fatalf("background lane %+v used by appends that wait", bg)
 	}
 }
 
 // A file-system sync that reports an error cannot say whose write was
 // lost: every log then checks its own file with an fdatasync of its own,
-// the logs of that group at once and every other at its next sync, and
-// only the log whose write was lost latches.
+// the logs of that sync at once and every other at its next shared sync,
+// and only the log whose write was lost latches.
 func TestSyncGroupErrorLatchesOnlyTheLogThatLostAWrite(t *testing.T) {
 	dir := t.TempDir()
-	h := newHeldSyncs(0)
-	h.failNth = 1 // the first file-system sync reports a writeback error
-	g := newTestGroup(t, dir, h)
+	// Three shared syncs of two logs each: all three logs' first (which
+	// each checks), then good and other's (which fails), then bad and
+	// good's (after the error, bad checks its own file).
+	r := newRounds(2, 2, 2)
+	r.failNth = 2
+	g := newTestGroup(t, dir, r)
 	badDir := filepath.Join(dir, "bad")
-	var armed atomic.Bool // once both logs are open
+	var armed atomic.Bool // once the first round is through
 	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
 		if armed.Load() && op.Kind == errorfs.OpFileSyncData && filepath.Dir(op.Path) == badDir {
 			return syscall.EIO // the lost write was in bad's file
@@ -132,50 +180,51 @@ func TestSyncGroupErrorLatchesOnlyTheLogThatLostAWrite(t *testing.T) {
 	}))
 	opts := Options{FS: fs, SyncGroup: g, BackgroundSyncInterval: 1, SyncBytesThreshold: -1}
 	good := mustOpen(t, fs, filepath.Join(dir, "good"), opts)
+	other := mustOpen(t, fs, filepath.Join(dir, "other"), opts)
 	bad := mustOpen(t, fs, badDir, opts)
-	armed.Store(true)
 	ctx := testCtx(t)
+	appendAll(t, ctx, AfterFlush, good, bad)
+	armed.Store(true)
 
-	// good's background sync meets the failing file-system sync; its own
-	// fdatasync succeeds, so its records are durable and it goes on.
-	if _, err := good.Append(ctx, entries(0, 2, 100), AfterFlush); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := good.WaitDurable(ctx, 2); err != nil {
-		t.Fatalf("good log: %v", err)
-	}
-	// bad was not in that group. Its next sync through the group succeeds,
-	// but the error seen since makes it check its own file, which fails.
-	if _, err := bad.Append(ctx, entries(0, 2, 100), AfterFlush); err != nil {
-		t.Fatal(err)
+	// good and other meet the failing file-system sync; their own
+	// fdatasyncs succeed, so their records are durable and they go on.
+	appendAll(t, ctx, AfterFlush, good, other)
+	// bad was not in that sync. Its next shared sync succeeds, but the
+	// error seen since makes it check its own file, which fails.
+	ca := bad.AppendAsync(entries(1, 1, 100), AfterFlush)
+	cg := good.AppendAsync(entries(2, 1, 100), AfterFlush)
+	for _, c := range []*Completion{ca, cg} {
+		if _, err := c.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	select {
 	case <-bad.Latched():
 	case <-ctx.Done():
 		t.Fatal("the log whose file lost a write did not latch")
 	}
-	if bad.DurableNext() != 0 {
-		t.Fatalf("bad log counts %d records durable after its write was lost", bad.DurableNext())
+	if bad.DurableNext() != 1 {
+		t.Fatalf("bad log counts %d records durable after its second write was lost", bad.DurableNext())
+	}
+	if _, err := good.WaitDurable(ctx, 3); err != nil {
+		t.Fatalf("good log after the other's error: %v", err)
 	}
 	select {
 	case <-good.Latched():
 		t.Fatal("a log latched for another log's lost write")
 	default:
 	}
-	if _, err := good.Append(ctx, entries(2, 1, 100), AfterFsync); err != nil {
-		t.Fatalf("good log after the other's error: %v", err)
-	}
-	st := g.Stats()
-	if st.FSSyncs != 2 || st.Failures != 1 || st.Verified != 2 || st.Covered != 1 {
-		t.Fatalf("stats %+v, want 2 file-system syncs, 1 failed, 2 logs checked, 1 covered", st)
+	// Checks: good and bad's first, good and other's after the failure,
+	// bad's after it; good does not check again.
+	if st := g.Stats(); st.FSSyncs != 3 || st.Failures != 1 || st.Verified != 5 {
+		t.Fatalf("stats %+v, want 3 file-system syncs, 1 failed, 5 checks", st)
 	}
 }
 
 // Files the group cannot sync (another file system, or no descriptor)
 // sync on their own.
 func TestSyncGroupLeavesOtherFilesAlone(t *testing.T) {
-	h := newHeldSyncs(0)
-	g := newTestGroup(t, t.TempDir(), h)
+	g := newTestGroup(t, t.TempDir(), newRounds())
 	mem := vfs.NewMem()
 	l := mustOpen(t, mem, "q", Options{FS: mem, SyncGroup: g, BackgroundSyncInterval: 1, SyncBytesThreshold: -1})
 	ctx := testCtx(t)
@@ -263,8 +312,8 @@ func TestSyncGroupDoesNotHoldAppendsThatWait(t *testing.T) {
 			if err := tc.then(ctx, l); err != nil {
 				t.Fatal(err)
 			}
-			if st := g.Stats(); st.FSSyncs+st.Hurried < 2 {
-				t.Fatalf("stats %+v: the second sync neither ran nor left the group", st)
+			if st := g.Stats(); st.FSSyncs+st.Hurried+st.Alone < 2 {
+				t.Fatalf("stats %+v: the second background sync never ended", st)
 			}
 		})
 	}

@@ -128,7 +128,7 @@ var partitionMetrics = []partitionMetric{
 		func(p appliance.PartitionInfo) float64 { return float64(len(p.Quarantined)) }},
 	{desc("fibril_quarantined_lost_records", "Records of the partition's log lost to damage: the offsets of its quarantined ranges.", partitionLabels...), prometheus.GaugeValue,
 		func(p appliance.PartitionInfo) float64 { return float64(p.LostRecords) }},
-	{desc("fibril_fsyncs_total", "Completed syncs of the partition's log since it opened: its own fdatasyncs and its background syncs shared through the node's sync group.", partitionLabels...), prometheus.CounterValue,
+	{desc("fibril_fsyncs_total", "Completed syncs of the partition's log since it opened: its own fdatasyncs and its syncs shared through the node's sync group.", partitionLabels...), prometheus.CounterValue,
 		func(p appliance.PartitionInfo) float64 { return float64(p.Log.Syncs) }},
 	{desc("fibril_background_syncs_total", "Syncs started by the background sync interval.", partitionLabels...), prometheus.CounterValue,
 		func(p appliance.PartitionInfo) float64 { return float64(p.Log.BackgroundSyncs) }},

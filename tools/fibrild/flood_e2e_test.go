@@ -17,7 +17,8 @@ import (
 	"github.com/fibril-edge/fibril/internal/wiretest"
 )
 
-// scrape reads the fibril_ metrics without labels from the admin API.
+// scrape reads the fibril_ metrics from the admin API, a labelled one by
+// its name and labels as exposed (name{label="value"}).
 func scrape(t *testing.T, base, token string) map[string]float64 {
 	t.Helper()
 	req, err := http.NewRequest("GET", base+"/metrics", nil)
@@ -39,7 +40,7 @@ func scrape(t *testing.T, base, token string) map[string]float64 {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		name, value, ok := strings.Cut(sc.Text(), " ")
-		if !ok || !strings.HasPrefix(name, "fibril_") || strings.Contains(name, "{") {
+		if !ok || !strings.HasPrefix(name, "fibril_") {
 			continue
 		}
 		if v, err := strconv.ParseFloat(value, 64); err == nil {
