@@ -21,6 +21,7 @@ type syncJob struct {
 	target      uint64
 	targetBytes int64
 	background  bool
+	interval    time.Duration // the log's background sync interval when the job was taken
 }
 
 type syncResult struct {
@@ -89,6 +90,7 @@ func (w *writer) startSync(background bool) {
 		target:      w.next,
 		targetBytes: w.writtenBytes,
 		background:  background,
+		interval:    w.interval,
 	}
 }
 
@@ -224,7 +226,7 @@ func (l *Log) runSync(job syncJob) syncResult {
 	start := time.Now()
 	var err error
 	if job.background {
-		_, err = l.opts.SyncGroup.sync(&l.groupMember, job.file, l.observeSync)
+		_, err = l.opts.SyncGroup.sync(&l.groupMember, job.file, l.observeSync, job.interval)
 	} else {
 		err = l.opts.SyncGroup.syncWaited(&l.groupMember, job.file, l.observeSync)
 	}

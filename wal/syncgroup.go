@@ -59,10 +59,11 @@ type SyncGroupOptions struct {
 	// Spacing is the least time between the starts of two file-system
 	// syncs: the first log to ask waits out what is left of it, gathering
 	// others (a background sync is off every publish's path; an append that
-	// waits for one hurries it). A log's written records so wait at most
-	// its own interval plus Spacing for their sync. Default 50 ms
-	// (DefaultSyncGroupSpacing); negative: no wait, groups form only from
-	// the logs that ask during a sync.
+	// waits for one hurries it), and at most half the leader's background
+	// sync interval, so a log's written records wait at most 1.5 times
+	// its interval for their sync. Default 50 ms (DefaultSyncGroupSpacing);
+	// negative: no wait, groups form only from the logs that ask during a
+	// sync.
 	Spacing time.Duration
 
 	// syncFS syncs the file system; tests replace it to count or fail.
@@ -204,15 +205,16 @@ func (g *SyncGroup) syncWaited(m *member, f vfs.File, observe func(time.Duration
 	if m.waited == nil {
 		m.waited = &member{}
 	}
-	_, err := g.waited.sync(m.waited, f, observe)
+	_, err := g.waited.sync(m.waited, f, observe, 0)
 	return err
 }
 
 // sync makes what was written to f before the call durable: through the
 // group's next file-system sync when f is on the group's file system
 // (grouped), with f's own fdatasync otherwise. observe times the
-// fdatasyncs it runs.
-func (g *SyncGroup) sync(m *member, f vfs.File, observe func(time.Duration, error)) (grouped bool, err error) {
+// fdatasyncs it runs. interval is the log's background sync interval:
+// a sync it leads waits at most half of it (and at most Spacing).
+func (g *SyncGroup) sync(m *member, f vfs.File, observe func(time.Duration, error), interval time.Duration) (grouped bool, err error) {
 	defer m.hurried.Store(false)
 	if g == nil || !g.dir.holds(f) {
 		return false, syncFile(f, observe)
@@ -242,7 +244,7 @@ func (g *SyncGroup) sync(m *member, f vfs.File, observe func(time.Duration, erro
 			g.cond.Wait()
 			continue
 		}
-		if alone, err := g.lead(f, observe); alone {
+		if alone, err := g.lead(f, observe, interval); alone {
 			g.st.Waiting--
 			g.st.Alone++
 			g.mu.Unlock()
@@ -295,14 +297,18 @@ func (g *SyncGroup) hurry(m *member) {
 // the leader's own file f instead and reports alone, with that sync's
 // error: one fdatasync, which skips the inodes' timestamps a file system's
 // sync commits, and whose error is the leader's own.
-func (g *SyncGroup) lead(f vfs.File, observe func(time.Duration, error)) (alone bool, err error) {
+func (g *SyncGroup) lead(f vfs.File, observe func(time.Duration, error), interval time.Duration) (alone bool, err error) {
 	g.running = true
 	if g.opts.beforeLead != nil {
 		g.mu.Unlock()
 		g.opts.beforeLead()
 		g.mu.Lock()
 	}
-	if wait := time.Until(g.last.Add(g.opts.Spacing)); wait > 0 {
+	spacing := g.opts.Spacing
+	if interval > 0 && interval/2 < spacing {
+		spacing = interval / 2 // a log's records wait at most 1.5 of its interval
+	}
+	if wait := time.Until(g.last.Add(spacing)); wait > 0 {
 		g.mu.Unlock()
 		t := time.NewTimer(wait)
 		select {

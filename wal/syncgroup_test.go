@@ -286,7 +286,10 @@ func TestSyncGroupDoesNotHoldAppendsThatWait(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = g.Close() }()
-			l, err := Open(filepath.Join(dir, "q"), Options{SyncGroup: g, BackgroundSyncInterval: 1, SyncBytesThreshold: -1})
+			// Every write starts a background sync (the byte bound at one
+			// byte); the interval is long enough to let the spacing be an
+			// hour.
+			l, err := Open(filepath.Join(dir, "q"), Options{SyncGroup: g, BackgroundSyncInterval: 2 * time.Hour, SyncBytesThreshold: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -316,5 +319,28 @@ func TestSyncGroupDoesNotHoldAppendsThatWait(t *testing.T) {
 				t.Fatalf("stats %+v: the second background sync never ended", st)
 			}
 		})
+	}
+}
+
+// A shared background sync waits at most half its leader's background
+// sync interval, however long the group's spacing: a log's written
+// records wait at most 1.5 times its interval for their sync.
+func TestSyncGroupSpacingIsAtMostHalfTheInterval(t *testing.T) {
+	dir := t.TempDir()
+	g, err := NewSyncGroup(dir, SyncGroupOptions{Spacing: time.Hour})
+	if errors.Is(err, ErrSyncGroupUnsupported) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = g.Close() }()
+	l := mustOpen(t, vfs.Default, filepath.Join(dir, "q"), Options{SyncGroup: g, BackgroundSyncInterval: 20 * time.Millisecond, SyncBytesThreshold: -1})
+	ctx := testCtx(t)
+	for range 3 { // the first goes at once; the others would wait an hour
+		appendAll(t, ctx, AfterFlush, l)
+	}
+	if st := g.Stats(); st.Alone+st.Covered != 3 || st.Hurried != 0 {
+		t.Fatalf("stats %+v, want three background syncs, none hurried", st)
 	}
 }
