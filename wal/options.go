@@ -110,9 +110,11 @@ type Options struct {
 	// it takes the blocks leaving the tail cache and the blocks read from
 	// segment files, and serves reads that miss the tail cache. Nil: none.
 	ReadCache *ReadCache
-	// SyncGroup, if set, is the node's group of logs whose background
-	// syncs (the interval's and the byte bound's) share one sync of their
-	// file system (syncgroup.go). Nil: every log syncs its own file.
+	// SyncGroup, if set, is the node's group of logs whose syncs share
+	// syncs of their file system when several ask at once (syncgroup.go):
+	// background syncs (the interval's and the byte bound's) in one lane,
+	// the syncs appends wait for in another. Nil: every log syncs its own
+	// file.
 	SyncGroup *SyncGroup
 	// MaxRecordSize caps one record's payload. Default 8 MiB.
 	MaxRecordSize int
@@ -134,8 +136,8 @@ type Options struct {
 	OnScrub func(ScrubReport)
 	// OnSync, if set, is called after every fdatasync of a segment file
 	// (background, requested or inline at rollover and close) with how long
-	// it took and its error; background syncs that SyncGroup shares are
-	// not fdatasyncs of the log's and are not reported. It runs on the log's own goroutines, outside
+	// it took and its error; syncs that SyncGroup shares are not
+	// fdatasyncs of the log's and are not reported. It runs on the log's own goroutines, outside
 	// its locks, and must return quickly: metrics, not I/O.
 	OnSync func(took time.Duration, err error)
 	// OnSyncCompleted, if set, is called after a successful fdatasync

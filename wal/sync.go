@@ -22,6 +22,7 @@ type syncJob struct {
 	targetBytes int64
 	background  bool
 	interval    time.Duration // the log's background sync interval when the job was taken
+	seq         uint64        // the writer's count of syncs started, this one's
 }
 
 type syncResult struct {
@@ -78,12 +79,13 @@ func (w *writer) backgroundTick() {
 // startSync submits one sync of everything written; at most one is in flight.
 func (w *writer) startSync(background bool) {
 	w.syncInFlight, w.bgInFlight = true, background
+	w.syncSeq++
 	// This sync covers what SyncSoon asked for: it starts after a whole
 	// group is written. (syncInline leaves the flag: a roll syncs before
 	// the rest of its group is written.)
 	w.l.syncSoon.Store(false)
 	w.lastSyncAt = time.Now()
-	w.l.syncReq <- syncJob{
+	job := syncJob{
 		file:        w.active.file,
 		dir:         w.dirGen > w.dirSynced,
 		dirGen:      w.dirGen,
@@ -91,6 +93,18 @@ func (w *writer) startSync(background bool) {
 		targetBytes: w.writtenBytes,
 		background:  background,
 		interval:    w.interval,
+		seq:         w.syncSeq,
+	}
+	if background {
+		w.l.syncReq <- job
+		return
+	}
+	// Appends wait for this one: the first of the syncer and a waiter
+	// (Completion.Help) to take it runs it.
+	w.l.pendingSync.Store(&job)
+	select {
+	case w.l.syncKick <- struct{}{}:
+	default: // a kick is pending already
 	}
 }
 
@@ -161,7 +175,7 @@ func (w *writer) applySync(job syncJob, took time.Duration) {
 func (w *writer) hurrySync() {
 	if w.syncInFlight && w.bgInFlight && !w.hurried {
 		w.hurried = true
-		w.l.opts.SyncGroup.hurry(&w.l.groupMember)
+		w.l.opts.SyncGroup.hurry(&w.l.groupMember, w.syncSeq)
 	}
 }
 
@@ -211,7 +225,21 @@ func (w *writer) syncInline() {
 // writes go on while a sync is in flight. Background syncs go through the
 // node's SyncGroup, if it has one.
 func (l *Log) runSyncer() {
-	for job := range l.syncReq {
+	for {
+		var job syncJob
+		select {
+		case j, ok := <-l.syncReq:
+			if !ok {
+				return
+			}
+			job = j
+		case <-l.syncKick:
+			p := l.pendingSync.Swap(nil)
+			if p == nil {
+				continue // a waiter took it (Help)
+			}
+			job = *p
+		}
 		l.syncDone <- l.runSync(job)
 		select {
 		case l.syncNote <- struct{}{}:
@@ -226,7 +254,7 @@ func (l *Log) runSync(job syncJob) syncResult {
 	start := time.Now()
 	var err error
 	if job.background {
-		_, err = l.opts.SyncGroup.sync(&l.groupMember, job.file, l.observeSync, job.interval)
+		_, err = l.opts.SyncGroup.sync(&l.groupMember, job.file, l.observeSync, job.interval, job.seq)
 	} else {
 		err = l.opts.SyncGroup.syncWaited(&l.groupMember, job.file, l.observeSync)
 	}

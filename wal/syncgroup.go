@@ -20,14 +20,15 @@ import (
 // since the last sync started, gathering others, and syncs once for all
 // who asked before it started; those who ask meanwhile form the next
 // group. The spacing bounds the file system's syncs, and with them the
-// journal commits and device cache flushes they force, at 20 a second with
-// the default: each commits every inode changed since the last, a write's
-// new mtime too, which a log's own fdatasync leaves to the journal's timer. Syncs an append waits for (AfterFsync, Sync, a
-// rollover, Close) stay per file: they are on someone's critical path, and
-// a file system's sync also writes back files that are not the log's. One
-// that finds the log's background sync waiting in the group hurries it:
-// the log leaves the group and syncs its own file, or, leading, stops
-// gathering.
+// journal commits and device cache flushes they force: each commits every
+// inode changed since the last, a write's new mtime too, which a log's own
+// fdatasync leaves to the journal's timer. Syncs an append waits for (a
+// durable queue's) go through a second lane, with no spacing: the logs
+// that ask while one runs share the next. In either lane a log that asks
+// alone syncs its own file, as without a group. Rollover, seal and Close
+// sync their own file. An append, a rollover or a Close that finds the
+// log's background sync waiting out the spacing hurries it: the log
+// leaves the wait and syncs its own file, or, leading, stops waiting.
 //
 // Errors. syncfs reports a writeback error of any file on the file system
 // once per open descriptor, and cannot say whose (NewSyncGroup refuses the
@@ -108,8 +109,14 @@ type SyncGroup struct {
 	done    uint64        // file-system syncs finished
 	errGen  uint64        // file-system syncs that reported an error
 	failed  uint64        // the last finished sync's number, if it failed
-	cut     chan struct{} // hurry's: ends a leader's gathering
-	st      SyncGroupStats
+	cut     chan struct{} // ends the gathering leader's wait; sent and drained under mu
+	// The gathering leader, while it waits out the spacing: its member
+	// and the spacing it waits for.
+	gathering     bool
+	gatherer      *member
+	gatherSpacing time.Duration
+	roundInterval time.Duration // the shortest interval of the logs that asked since the last start
+	st            SyncGroupStats
 }
 
 // NewSyncGroup opens a group for the file system holding dir. It returns
@@ -186,13 +193,14 @@ func (g *SyncGroup) Stats() SyncGroupStats {
 }
 
 // member is one log's standing in a group: the file-system errors it has
-// checked its own file against (owned by the log's syncer goroutine), and
-// whether its writer is waiting for the sync in flight (hurry); waited is
-// its standing in the waited lane.
+// checked its own file against, and its standing in the waited lane
+// (both used by whichever goroutine runs the log's one sync in flight:
+// its syncer, or a waiter that helps), and the sync its writer hurried
+// (hurry; 0: none).
 type member struct {
 	seenErrGen uint64
-	hurried    atomic.Bool
 	waited     *member
+	hurried    atomic.Uint64
 }
 
 // syncWaited makes what was written to f durable for an append that waits
@@ -205,7 +213,7 @@ func (g *SyncGroup) syncWaited(m *member, f vfs.File, observe func(time.Duration
 	if m.waited == nil {
 		m.waited = &member{}
 	}
-	_, err := g.waited.sync(m.waited, f, observe, 0)
+	_, err := g.waited.sync(m.waited, f, observe, 0, 0)
 	return err
 }
 
@@ -214,8 +222,7 @@ func (g *SyncGroup) syncWaited(m *member, f vfs.File, observe func(time.Duration
 // (grouped), with f's own fdatasync otherwise. observe times the
 // fdatasyncs it runs. interval is the log's background sync interval:
 // a sync it leads waits at most half of it (and at most Spacing).
-func (g *SyncGroup) sync(m *member, f vfs.File, observe func(time.Duration, error), interval time.Duration) (grouped bool, err error) {
-	defer m.hurried.Store(false)
+func (g *SyncGroup) sync(m *member, f vfs.File, observe func(time.Duration, error), interval time.Duration, seq uint64) (grouped bool, err error) {
 	if g == nil || !g.dir.holds(f) {
 		return false, syncFile(f, observe)
 	}
@@ -226,12 +233,18 @@ func (g *SyncGroup) sync(m *member, f vfs.File, observe func(time.Duration, erro
 	}
 	ticket := g.started + 1 // the first sync to start after this call
 	g.queued++
+	if interval > 0 && (g.roundInterval == 0 || interval < g.roundInterval) {
+		g.roundInterval = interval
+		if g.gathering && spacingFor(g.opts.Spacing, interval) < g.gatherSpacing {
+			g.cutLocked() // this log's records may not wait as long: sync now
+		}
+	}
 	g.st.Waiting++
 	if g.opts.onWait != nil {
 		g.opts.onWait(g.st.Waiting)
 	}
 	for g.done < ticket {
-		if m.hurried.Load() && g.started < ticket {
+		if seq != 0 && m.hurried.Load() == seq && g.started < ticket {
 			// An append waits for this log's sync, and the group's has
 			// not started: the log syncs its own file, now.
 			g.queued--
@@ -244,7 +257,7 @@ func (g *SyncGroup) sync(m *member, f vfs.File, observe func(time.Duration, erro
 			g.cond.Wait()
 			continue
 		}
-		if alone, err := g.lead(f, observe, interval); alone {
+		if alone, err := g.lead(m, f, observe); alone {
 			g.st.Waiting--
 			g.st.Alone++
 			g.mu.Unlock()
@@ -276,20 +289,38 @@ func (g *SyncGroup) sync(m *member, f vfs.File, observe func(time.Duration, erro
 	return true, nil
 }
 
-// hurry says an append waits for m's sync in flight: m leaves the group if
-// the group's sync has not started, and a leader gathering stops waiting.
-func (g *SyncGroup) hurry(m *member) {
+// hurry says an append waits for m's sync in flight, the sync numbered
+// seq: m leaves the group if the group's sync has not started, or, if m
+// leads a gathering, the gathering ends.
+func (g *SyncGroup) hurry(m *member, seq uint64) {
 	if g == nil {
 		return
 	}
 	g.mu.Lock()
-	m.hurried.Store(true)
+	defer g.mu.Unlock()
+	m.hurried.Store(seq)
 	g.cond.Broadcast()
-	g.mu.Unlock()
+	if g.gathering && g.gatherer == m {
+		g.cutLocked()
+	}
+}
+
+// cutLocked ends the gathering leader's wait; g.mu is held.
+func (g *SyncGroup) cutLocked() {
 	select {
 	case g.cut <- struct{}{}:
 	default: // a cut is pending already
 	}
+}
+
+// spacingFor is the spacing a log with this background sync interval may
+// wait: at most half the interval, so its records wait at most 1.5 times
+// it for their sync.
+func spacingFor(spacing, interval time.Duration) time.Duration {
+	if interval > 0 && interval/2 < spacing {
+		return interval / 2
+	}
+	return spacing
 }
 
 // lead runs one file-system sync for everyone waiting; g.mu is held, and
@@ -297,27 +328,31 @@ func (g *SyncGroup) hurry(m *member) {
 // the leader's own file f instead and reports alone, with that sync's
 // error: one fdatasync, which skips the inodes' timestamps a file system's
 // sync commits, and whose error is the leader's own.
-func (g *SyncGroup) lead(f vfs.File, observe func(time.Duration, error), interval time.Duration) (alone bool, err error) {
+func (g *SyncGroup) lead(m *member, f vfs.File, observe func(time.Duration, error)) (alone bool, err error) {
 	g.running = true
 	if g.opts.beforeLead != nil {
 		g.mu.Unlock()
 		g.opts.beforeLead()
 		g.mu.Lock()
 	}
-	spacing := g.opts.Spacing
-	if interval > 0 && interval/2 < spacing {
-		spacing = interval / 2 // a log's records wait at most 1.5 of its interval
-	}
+	spacing := spacingFor(g.opts.Spacing, g.roundInterval)
 	if wait := time.Until(g.last.Add(spacing)); wait > 0 {
+		select {
+		case <-g.cut: // stale: sent for a gathering that had ended
+		default:
+		}
+		g.gathering, g.gatherer, g.gatherSpacing = true, m, spacing
 		g.mu.Unlock()
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
-		case <-g.cut: // someone's append waits: sync now
+		case <-g.cut: // the leader's append waits, or a log whose records may not wait as long asked
 			t.Stop()
 		}
 		g.mu.Lock()
+		g.gathering, g.gatherer = false, nil
 	}
+	g.roundInterval = 0
 	g.last = time.Now()
 	g.started++
 	n := g.started

@@ -59,6 +59,7 @@ type writer struct {
 	syncInFlight bool
 	bgInFlight   bool      // the sync in flight is a background one (it may go through the sync group)
 	hurried      bool      // the sync group was told an append waits for it
+	syncSeq      uint64    // syncs started (the one in flight's number)
 	lastSyncAt   time.Time // when the last sync started
 	timer        *time.Timer
 	timerArmed   bool
