@@ -528,7 +528,6 @@ func (p *partition) runApplier() {
 // replicated partition, passed the gate), then runs its done. applying
 // is held.
 func (p *partition) applyOne(pa pendingAppend) {
-	pa.c.Help() // a durable append's sync runs here if the syncer has not taken it
 	<-pa.c.Done()
 	res, err := pa.c.Result()
 	switch {

@@ -1,11 +1,9 @@
 package wal
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -16,7 +14,6 @@ import (
 	"github.com/fibril-edge/fibril/internal/syncprobe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 // Tests of the commit path: group commit, wake-one completions and frontier
@@ -653,73 +650,5 @@ func isDone(c *Completion) bool {
 		return true
 	default:
 		return false
-	}
-}
-
-// A goroutine about to wait for a durable append runs the append's sync
-// itself when the syncer has not taken it (Completion.Help): the sync and
-// the completion then cross no other goroutine. The syncer and the
-// helpers race for each sync; every append still completes durable.
-func TestHelpRunsTheSyncAnAppendWaitsFor(t *testing.T) {
-	var mu sync.Mutex
-	helped := 0
-	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if op.Kind != errorfs.OpFileSyncData {
-			return nil
-		}
-		stack := make([]byte, 16<<10)
-		stack = stack[:runtime.Stack(stack, false)]
-		if bytes.Contains(stack, []byte("(*Completion).Help")) {
-			mu.Lock()
-			helped++
-			mu.Unlock()
-		}
-		return nil
-	}))
-	l := mustOpen(t, fs, "log", Options{FS: fs})
-	defer l.Close()
-	ctx := testCtx(t)
-	// One appender at a time: its sync is pending when AppendAsync
-	// returns, and the helper is already running.
-	for i := range 50 {
-		c := l.AppendAsync(entries(i, 1, 100), AfterFsync)
-		c.Help()
-		res, err := c.Wait(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d := l.DurableNext(); d < res.Next {
-			t.Fatalf("append %d confirmed durable at %d, durable frontier %d", i, res.Next, d)
-		}
-	}
-	mu.Lock()
-	if helped == 0 {
-		t.Fatal("no sync of 50 lone durable appends ran on the appender's goroutine")
-	}
-	mu.Unlock()
-	// Many appenders helping at once, with the syncer.
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 25 {
-				c := l.AppendAsync(entries(1000*g+i, 1, 100), AfterFsync)
-				c.Help()
-				res, err := c.Wait(ctx)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if d := l.DurableNext(); d < res.Next {
-					t.Errorf("confirmed durable at %d, durable frontier %d", res.Next, d)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if w, d := l.WrittenNext(), l.DurableNext(); w != 250 || d != 250 {
-		t.Fatalf("written %d, durable %d, want 250 and 250", w, d)
 	}
 }

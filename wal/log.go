@@ -78,19 +78,14 @@ type Log struct {
 	holes []Hole       // quarantined ranges, sorted
 	head  uint64
 
-	w        *writer
-	appendCh chan *Completion // unbuffered: a send means the writer took it
-	queued   atomic.Int64     // appends being sent on appendCh and not taken yet
-	ctlCh    chan control
-	syncReq  chan syncJob
-	syncDone chan syncResult // the sync in flight's result, taken with w.mu held
-	syncNote chan struct{}   // wakes the writer goroutine for a result
-	// pendingSync is a sync an append waits for, not yet run: the syncer
-	// (woken by syncKick) or a goroutine waiting for the append (Help)
-	// takes it, whichever comes first.
-	pendingSync atomic.Pointer[syncJob]
-	syncKick    chan struct{}
-	groupMember member // this log's standing in Options.SyncGroup, owned by runSyncer
+	w           *writer
+	appendCh    chan *Completion // unbuffered: a send means the writer took it
+	queued      atomic.Int64     // appends being sent on appendCh and not taken yet
+	ctlCh       chan control
+	syncReq     chan syncJob
+	syncDone    chan syncResult // the sync in flight's result, taken with w.mu held
+	syncNote    chan struct{}   // wakes the writer goroutine for a result
+	groupMember member          // this log's standing in Options.SyncGroup, owned by runSyncer
 	// writerKick wakes the writer goroutine after a direct write made
 	// the byte bound hold appends, so it stops taking them, and for
 	// SyncSoon.
@@ -130,7 +125,6 @@ type Log struct {
 
 // Completion is the handle of an asynchronous append.
 type Completion struct {
-	l       *Log // nil for a completion failed before the log took it
 	entries []Entry
 	dur     Boundary
 	size    int  // encoded bytes
@@ -146,34 +140,6 @@ func (c *Completion) Done() <-chan struct{} { return c.done }
 
 // Result returns the outcome; call it after Done is closed.
 func (c *Completion) Result() (AppendResult, error) { return c.res, c.err }
-
-// Help runs the sync the append waits for on the caller's goroutine, if
-// the log's syncer has not taken it yet; a caller about to wait for Done
-// calls it first, so a lone durable append's sync and its completion do
-// not cross two more goroutines (the syncer's, then the writer's). It
-// returns at once when there is nothing to run.
-func (c *Completion) Help() {
-	if c.l == nil || c.dur == AfterFlush {
-		return
-	}
-	for {
-		select {
-		case <-c.done:
-			return
-		default:
-		}
-		job := c.l.pendingSync.Swap(nil)
-		if job == nil {
-			return // the syncer has it, or no sync is due yet
-		}
-		c.l.syncDone <- c.l.runSync(*job)
-		w := c.l.w
-		w.mu.Lock()
-		w.takeSyncResult() // unless a rollover or Close waiting for it took it first
-		w.signal()
-		w.mu.Unlock()
-	}
-}
 
 // Wait blocks until the append completes or ctx ends. A cancelled wait does
 // not cancel the append, which may still complete.
@@ -215,7 +181,7 @@ func (l *Log) appendAsync(ctx context.Context, entries []Entry, d Boundary) *Com
 	if err != nil {
 		return failedCompletion(err)
 	}
-	c := &Completion{l: l, entries: entries, dur: d, size: size, done: make(chan struct{})}
+	c := &Completion{entries: entries, dur: d, size: size, done: make(chan struct{})}
 	if err := l.hand(ctx, c); err != nil {
 		return failedCompletion(err)
 	}
@@ -295,7 +261,7 @@ func (l *Log) WaitDurable(ctx context.Context, atLeast uint64) (uint64, error) {
 // Sync makes every record written before the call durable. It shares the
 // fsync pipeline with AfterFsync appends.
 func (l *Log) Sync(ctx context.Context) error {
-	c := &Completion{l: l, syncReq: true, dur: AfterFsync, done: make(chan struct{})}
+	c := &Completion{syncReq: true, dur: AfterFsync, done: make(chan struct{})}
 	if err := l.hand(ctx, c); err != nil {
 		return err
 	}

@@ -78,7 +78,6 @@ func Open(dir string, opts Options) (*Log, error) {
 		appendCh:   make(chan *Completion),
 		ctlCh:      make(chan control),
 		syncReq:    make(chan syncJob, 1),
-		syncKick:   make(chan struct{}, 1),
 		syncDone:   make(chan syncResult, 1),
 		syncNote:   make(chan struct{}, 1),
 		writerKick: make(chan struct{}, 1),

@@ -85,7 +85,7 @@ func (w *writer) startSync(background bool) {
 	// the rest of its group is written.)
 	w.l.syncSoon.Store(false)
 	w.lastSyncAt = time.Now()
-	job := syncJob{
+	w.l.syncReq <- syncJob{
 		file:        w.active.file,
 		dir:         w.dirGen > w.dirSynced,
 		dirGen:      w.dirGen,
@@ -94,17 +94,6 @@ func (w *writer) startSync(background bool) {
 		background:  background,
 		interval:    w.interval,
 		seq:         w.syncSeq,
-	}
-	if background {
-		w.l.syncReq <- job
-		return
-	}
-	// Appends wait for this one: the first of the syncer and a waiter
-	// (Completion.Help) to take it runs it.
-	w.l.pendingSync.Store(&job)
-	select {
-	case w.l.syncKick <- struct{}{}:
-	default: // a kick is pending already
 	}
 }
 
@@ -225,21 +214,7 @@ func (w *writer) syncInline() {
 // writes go on while a sync is in flight. Background syncs go through the
 // node's SyncGroup, if it has one.
 func (l *Log) runSyncer() {
-	for {
-		var job syncJob
-		select {
-		case j, ok := <-l.syncReq:
-			if !ok {
-				return
-			}
-			job = j
-		case <-l.syncKick:
-			p := l.pendingSync.Swap(nil)
-			if p == nil {
-				continue // a waiter took it (Help)
-			}
-			job = *p
-		}
+	for job := range l.syncReq {
 		l.syncDone <- l.runSync(job)
 		select {
 		case l.syncNote <- struct{}{}:

@@ -193,9 +193,8 @@ func (g *SyncGroup) Stats() SyncGroupStats {
 }
 
 // member is one log's standing in a group: the file-system errors it has
-// checked its own file against, and its standing in the waited lane
-// (both used by whichever goroutine runs the log's one sync in flight:
-// its syncer, or a waiter that helps), and the sync its writer hurried
+// checked its own file against and its standing in the waited lane (both
+// owned by the log's syncer goroutine), and the sync its writer hurried
 // (hurry; 0: none).
 type member struct {
 	seenErrGen uint64

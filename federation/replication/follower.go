@@ -425,7 +425,6 @@ type pendingAppend struct {
 // (the copy's log has latched).
 func (f *Follower) checkAppends(c net.Conn, w *frameWriter, appends <-chan pendingAppend, pullOwed *atomic.Bool) {
 	for a := range appends {
-		a.comp.Help() // a durable copy's sync runs here if the log's syncer has not taken it
 		<-a.comp.Done()
 		res, err := a.comp.Result()
 		if err != nil {
