@@ -344,3 +344,52 @@ func TestSyncGroupSpacingIsAtMostHalfTheInterval(t *testing.T) {
 		t.Fatalf("stats %+v, want three background syncs, none hurried", st)
 	}
 }
+
+// A hurried log that is not leading leaves the group's wait without
+// ending the leader's: the leader's gathering goes on for the others
+// until its own append hurries it.
+func TestSyncGroupHurryEndsOnlyTheHurriedLogsWait(t *testing.T) {
+	dir := t.TempDir()
+	entered := make(chan int, 4)
+	g, err := NewSyncGroup(dir, SyncGroupOptions{Spacing: time.Hour, onWait: func(n int) { entered <- n }})
+	if errors.Is(err, ErrSyncGroupUnsupported) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = g.Close() }()
+	// A record of 100 bytes passes the byte bound and starts a background
+	// sync; a second before it is synced (past twice the bound) holds
+	// appends and hurries it. The interval lets the spacing be an hour.
+	opts := Options{SyncGroup: g, BackgroundSyncInterval: 2 * time.Hour, SyncBytesThreshold: 100}
+	leader := mustOpen(t, vfs.Default, filepath.Join(dir, "leader"), opts)
+	other := mustOpen(t, vfs.Default, filepath.Join(dir, "other"), opts)
+	ctx := testCtx(t)
+	// A first shared sync sets the spacing's start; its logs go at once.
+	appendAll(t, ctx, AfterFlush, leader)
+	<-entered
+	// leader's next background sync leads a gathering, other's joins it.
+	for _, l := range []*Log{leader, other} {
+		if _, err := l.Append(ctx, entries(int(l.WrittenNext()), 1, 100), AfterFlush); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-entered:
+		case <-ctx.Done():
+			t.Fatal("the background sync did not reach the group")
+		}
+	}
+	// other's durable append hurries other: it leaves and syncs its own
+	// file; the leader still waits.
+	if _, err := other.Append(ctx, entries(int(other.WrittenNext()), 1, 100), AfterFsync); err != nil {
+		t.Fatal(err)
+	}
+	if st := g.Stats(); st.Hurried != 1 || st.Waiting != 1 || leader.DurableNext() != 1 {
+		t.Fatalf("stats %+v, leader durable to %d: want other gone and the leader still gathering", st, leader.DurableNext())
+	}
+	// The leader's own durable append ends its gathering.
+	if _, err := leader.Append(ctx, entries(int(leader.WrittenNext()), 1, 100), AfterFsync); err != nil {
+		t.Fatal(err)
+	}
+}
