@@ -36,8 +36,8 @@ type Options struct {
 	// tail windows while a reader trails them, for readers that fall
 	// behind their writers. Default 32 MiB; negative turns it off.
 	ReadCacheBytes int64
-	// SyncGroup, if set, is the node's group whose partition logs share
-	// each background sync as one sync of their file system
+	// SyncGroup, if set, is the node's group in which the partition logs
+	// that sync at the same moment share one sync of their file system
 	// (wal.SyncGroup); the caller closes it after the broker. Default nil:
 	// every partition log syncs its own file.
 	SyncGroup *wal.SyncGroup

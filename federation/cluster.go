@@ -33,8 +33,9 @@ type ClusterOptions struct {
 	ReplicaFS vfs.FS
 	// ReplicaSegmentSize of the copies' logs; default the log's default.
 	ReplicaSegmentSize int64
-	// ReplicaSyncGroup, if set, is the node's group whose logs share
-	// background syncs (wal.SyncGroup); default nil.
+	// ReplicaSyncGroup, if set, is the node's group in which the logs
+	// that sync at the same moment share one sync of their file system
+	// (wal.SyncGroup); default nil.
 	ReplicaSyncGroup *wal.SyncGroup
 	// Forward are the client options this node uses to reach other
 	// nodes' client listeners when it forwards a publish (token, TLS).

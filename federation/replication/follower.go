@@ -34,8 +34,9 @@ type FollowerOptions struct {
 	FS vfs.FS
 	// SegmentSize of replica logs; default the log's default.
 	SegmentSize int64
-	// SyncGroup, if set, is the node's group whose logs share background
-	// syncs (wal.SyncGroup); default nil, each copy syncs its own file.
+	// SyncGroup, if set, is the node's group in which the logs that sync
+	// at the same moment share one sync of their file system
+	// (wal.SyncGroup); default nil, each copy syncs its own file.
 	SyncGroup *wal.SyncGroup
 	// BackgroundSyncInterval of replica logs; default the log's default,
 	// negative turns the timer off (pushed records of buffered queues then

@@ -19,8 +19,8 @@ import (
 const faultInjection = false
 
 // openSyncGroup opens the node's sync group on the data directory's file
-// system: every queue log and copy shares its background syncs as one
-// syncfs (wal.SyncGroup). Where the kernel's syncfs cannot report errors
+// system: the queue logs and copies that sync at the same moment share
+// one syncfs (wal.SyncGroup). Where the kernel's syncfs cannot report errors
 // the node goes on without one, each log syncing its own file.
 func openSyncGroup(dataDir string, log *slog.Logger) *wal.SyncGroup {
 	g, err := wal.NewSyncGroup(dataDir, wal.SyncGroupOptions{})
