@@ -54,7 +54,7 @@ type faultState struct {
 
 // openSyncGroup returns no group in this build: a file system's sync
 // would go around the injector, so a sync fault armed on a queue would
-// not reach its background syncs. Every log syncs its own file here.
+// not reach the syncs it shared. Every log syncs its own file here.
 func openSyncGroup(string, *slog.Logger) *wal.SyncGroup { return nil }
 
 // storageFS is the broker's file system: the real one behind the injector.
