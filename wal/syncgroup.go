@@ -200,6 +200,11 @@ type member struct {
 	seenErrGen uint64
 	waited     *member
 	hurried    atomic.Uint64
+	// file is the segment file the member last synced, and onFS whether
+	// it is on the group's file system: looked up once per file, not
+	// with an fstat per sync.
+	file vfs.File
+	onFS bool
 }
 
 // syncWaited makes what was written to f durable for an append that waits
@@ -222,7 +227,13 @@ func (g *SyncGroup) syncWaited(m *member, f vfs.File, observe func(time.Duration
 // fdatasyncs it runs. interval is the log's background sync interval:
 // a sync it leads waits at most half of it (and at most Spacing).
 func (g *SyncGroup) sync(m *member, f vfs.File, observe func(time.Duration, error), interval time.Duration, seq uint64) (grouped bool, err error) {
-	if g == nil || !g.dir.holds(f) {
+	if g == nil {
+		return false, syncFile(f, observe)
+	}
+	if f != m.file {
+		m.file, m.onFS = f, g.dir.holds(f)
+	}
+	if !m.onFS {
 		return false, syncFile(f, observe)
 	}
 	g.mu.Lock()
