@@ -137,8 +137,9 @@ type Options struct {
 	// OnSync, if set, is called after every fdatasync of a segment file
 	// (background, requested or inline at rollover and close) with how long
 	// it took and its error; syncs that SyncGroup shares are not
-	// fdatasyncs of the log's and are not reported. It runs on the log's own goroutines, outside
-	// its locks, and must return quickly: metrics, not I/O.
+	// fdatasyncs of the log's and are not reported. It runs on the log's
+	// own goroutines, outside its locks, and must return quickly: metrics,
+	// not I/O.
 	OnSync func(took time.Duration, err error)
 	// OnSyncCompleted, if set, is called after a successful fdatasync
 	// completed AfterFsync appends, with how many (the group commit's fan-

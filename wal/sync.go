@@ -211,8 +211,8 @@ func (w *writer) syncInline() {
 }
 
 // runSyncer performs sync jobs one at a time, off the writer goroutine, so
-// writes go on while a sync is in flight. Background syncs go through the
-// node's SyncGroup, if it has one.
+// writes go on while a sync is in flight. Syncs go through the node's
+// SyncGroup, if it has one (runSync).
 func (l *Log) runSyncer() {
 	for job := range l.syncReq {
 		l.syncDone <- l.runSync(job)
@@ -223,13 +223,14 @@ func (l *Log) runSyncer() {
 	}
 }
 
-// runSync performs one sync job: the segment's fdatasync, or the sync
-// group's for a background job, and the directory's when one is owed.
+// runSync performs one sync job, the segment's (through the sync group's
+// background or waited lane, when the log has one), and the directory's
+// when one is owed.
 func (l *Log) runSync(job syncJob) syncResult {
 	start := time.Now()
 	var err error
 	if job.background {
-		_, err = l.opts.SyncGroup.sync(&l.groupMember, job.file, l.observeSync, job.interval, job.seq)
+		err = l.opts.SyncGroup.sync(&l.groupMember, job.file, l.observeSync, job.interval, job.seq)
 	} else {
 		err = l.opts.SyncGroup.syncWaited(&l.groupMember, job.file, l.observeSync)
 	}

@@ -217,29 +217,28 @@ func (g *SyncGroup) syncWaited(m *member, f vfs.File, observe func(time.Duration
 	if m.waited == nil {
 		m.waited = &member{}
 	}
-	_, err := g.waited.sync(m.waited, f, observe, 0, 0)
-	return err
+	return g.waited.sync(m.waited, f, observe, 0, 0)
 }
 
 // sync makes what was written to f before the call durable: through the
-// group's next file-system sync when f is on the group's file system
-// (grouped), with f's own fdatasync otherwise. observe times the
+// group's next file-system sync when f is on the group's file system and
+// another log asks too, with f's own fdatasync otherwise. observe times the
 // fdatasyncs it runs. interval is the log's background sync interval:
 // a sync it leads waits at most half of it (and at most Spacing).
-func (g *SyncGroup) sync(m *member, f vfs.File, observe func(time.Duration, error), interval time.Duration, seq uint64) (grouped bool, err error) {
+func (g *SyncGroup) sync(m *member, f vfs.File, observe func(time.Duration, error), interval time.Duration, seq uint64) error {
 	if g == nil {
-		return false, syncFile(f, observe)
+		return syncFile(f, observe)
 	}
 	if f != m.file {
 		m.file, m.onFS = f, g.dir.holds(f)
 	}
 	if !m.onFS {
-		return false, syncFile(f, observe)
+		return syncFile(f, observe)
 	}
 	g.mu.Lock()
 	if g.dir.closed() {
 		g.mu.Unlock()
-		return false, syncFile(f, observe)
+		return syncFile(f, observe)
 	}
 	ticket := g.started + 1 // the first sync to start after this call
 	g.queued++
@@ -261,7 +260,7 @@ func (g *SyncGroup) sync(m *member, f vfs.File, observe func(time.Duration, erro
 			g.st.Waiting--
 			g.st.Hurried++
 			g.mu.Unlock()
-			return false, syncFile(f, observe)
+			return syncFile(f, observe)
 		}
 		if g.running {
 			g.cond.Wait()
@@ -271,7 +270,7 @@ func (g *SyncGroup) sync(m *member, f vfs.File, observe func(time.Duration, erro
 			g.st.Waiting--
 			g.st.Alone++
 			g.mu.Unlock()
-			return false, err
+			return err
 		}
 	}
 	g.st.Waiting--
@@ -287,16 +286,16 @@ func (g *SyncGroup) sync(m *member, f vfs.File, observe func(time.Duration, erro
 	}
 	g.mu.Unlock()
 	if !verify {
-		return true, nil
+		return nil
 	}
 	// A writeback error somewhere on the file system since this log last
 	// checked (or the log's first grouped sync): its own fdatasync says
 	// whether the error was its.
 	if err := syncFile(f, observe); err != nil {
-		return true, err
+		return err
 	}
 	m.seenErrGen = errGen
-	return true, nil
+	return nil
 }
 
 // hurry says an append waits for m's sync in flight, the sync numbered
@@ -369,18 +368,16 @@ func (g *SyncGroup) lead(m *member, f vfs.File, observe func(time.Duration, erro
 	round := g.queued
 	g.queued = 0
 	g.mu.Unlock()
-	if round == 1 { // the leader alone asked before this sync started
+	defer g.cond.Broadcast() // after the sync, with g.mu held again
+	if round == 1 {          // the leader alone asked before this sync started
 		err := syncFile(f, observe)
 		g.mu.Lock()
-		g.done = n
-		g.running = false
-		g.cond.Broadcast()
+		g.done, g.running = n, false
 		return true, err
 	}
 	err = g.opts.syncFS()
 	g.mu.Lock()
-	g.done = n
-	g.running = false
+	g.done, g.running = n, false
 	if err != errGroupClosed {
 		g.st.FSSyncs++
 	}
@@ -391,7 +388,6 @@ func (g *SyncGroup) lead(m *member, f vfs.File, observe func(time.Duration, erro
 		g.errGen++
 		g.failed = n
 	}
-	g.cond.Broadcast()
 	return false, nil
 }
 
