@@ -57,73 +57,69 @@ type Result struct {
 }
 
 // FSM is the raft state machine. raft calls Apply, Snapshot and Restore
-// from its own goroutines; the mutex guards the state against readers.
+// from its own goroutines.
+//
+// The state is copied on write: a published *State is never changed
+// again, so readers load it without a lock or a copy. Apply derives the
+// next state from the current one (State.derive copies its maps, not the
+// entries), changes it, and publishes it; an entry's slices are copied
+// only by the command that changes them (State.ownAssignments). A
+// thousand queues therefore cost each command a copy of two maps, not of
+// every list in them.
 type FSM struct {
-	mu    sync.RWMutex
-	state *State
-	// shared is Shared's copy of state, nil when state changed since; it
-	// is set under the read lock and cleared under the write lock.
-	shared atomic.Pointer[State]
+	mu    sync.Mutex // serialises Apply and Restore
+	state atomic.Pointer[State]
 	// onChange, when set, is called after each applied command (outside
 	// the lock) so the node can wake waiters.
 	onChange func()
 }
 
 // NewFSM returns an empty state machine.
-func NewFSM(onChange func()) *FSM { return &FSM{state: newState(), onChange: onChange} }
-
-// State returns a copy of the current state.
-func (f *FSM) State() *State {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.state.clone()
+func NewFSM(onChange func()) *FSM {
+	f := &FSM{onChange: onChange}
+	f.state.Store(newState())
+	return f
 }
 
-// Shared returns the current state without copying it for each caller:
-// one copy is made per applied command, on the first call after it, and
-// shared by every caller until the next. Callers must not change it. The
-// loops that read the whole state after every applied command use it, so
-// a thousand commands cost a thousand copies, not one per loop each.
-func (f *FSM) Shared() *State {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if s := f.shared.Load(); s != nil {
-		return s
-	}
-	f.shared.CompareAndSwap(nil, f.state.clone()) // readers only: the first copy stays
-	return f.shared.Load()
-}
+// State returns a deep copy of the current state, the caller's to change.
+func (f *FSM) State() *State { return f.state.Load().clone() }
 
-// Read calls f with the current state under the read lock, without a
-// copy: for lookups on hot paths (every forwarded publish). f must not
-// keep or change the state.
-func (f *FSM) Read(fn func(*State)) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	fn(f.state)
-}
+// Shared returns the current state without copying it: it is never
+// changed once published. Callers must not change it either. The loops
+// that read the whole state after every applied command use it.
+func (f *FSM) Shared() *State { return f.state.Load() }
+
+// Read calls fn with the current state, without a copy: for lookups on
+// hot paths (every forwarded publish). fn must not change the state.
+func (f *FSM) Read(fn func(*State)) { fn(f.state.Load()) }
 
 // Applied is the raft log index of the last command applied.
-func (f *FSM) Applied() uint64 {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.state.Applied
-}
+func (f *FSM) Applied() uint64 { return f.state.Load().Applied }
 
 // Apply applies one log entry and returns a Result. The entry's index
 // becomes the state's Applied, and the incarnation of a queue it creates.
+// A command that fails changes nothing but Applied.
 func (f *FSM) Apply(l *raft.Log) any {
 	var c Command
 	derr := json.Unmarshal(l.Data, &c)
 	f.mu.Lock()
-	f.shared.Store(nil)
-	f.state.Applied = max(f.state.Applied, l.Index)
+	cur := f.state.Load()
 	var r Result
 	if derr != nil {
 		r = Result{Err: fmt.Errorf("control: undecodable command at index %d: %w", l.Index, derr)}
 	} else {
-		r = f.state.apply(c)
+		next := cur.derive()
+		next.Applied = max(cur.Applied, l.Index)
+		if r = next.apply(c); r.Err == nil {
+			cur = next
+		}
 	}
+	if cur.Applied < l.Index {
+		same := *cur // shares the maps: neither state changes them again
+		same.Applied = l.Index
+		cur = &same
+	}
+	f.state.Store(cur)
 	r.Index = l.Index
 	f.mu.Unlock()
 	if f.onChange != nil {
@@ -179,7 +175,7 @@ func (s *State) apply(c Command) Result {
 
 // Snapshot captures the state for raft.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	return snapshot{f.State()}, nil
+	return snapshot{f.state.Load()}, nil // published states are never changed
 }
 
 // Restore replaces the state with a snapshot's.
@@ -193,8 +189,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("control: restore snapshot: %w", err)
 	}
 	f.mu.Lock()
-	f.shared.Store(nil)
-	f.state = s
+	f.state.Store(s)
 	f.mu.Unlock()
 	if f.onChange != nil {
 		f.onChange()

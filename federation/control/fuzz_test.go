@@ -12,7 +12,8 @@ import (
 // FuzzApplyCommand applies an arbitrary control-log entry to a state of
 // three members with a few queues. An entry that does not decode, or that
 // the state refuses, fails as a command and changes nothing; none panics,
-// and whatever is applied leaves a state whose every queue has one
+// none changes the state published before it (the state is copied on
+// write), and whatever is applied leaves a state whose every queue has one
 // assignment per partition, each owned by a member, and which survives a
 // snapshot and restore unchanged.
 func FuzzApplyCommand(f *testing.F) {
@@ -35,8 +36,12 @@ func FuzzApplyCommand(f *testing.F) {
 				t.Fatalf("setup command %d: %v", i, r.Err)
 			}
 		}
-		before, _ := json.Marshal(fsm.State())
+		prev := fsm.Shared()
+		before, _ := json.Marshal(prev)
 		r := fsm.Apply(&raft.Log{Index: 100, Data: data}).(Result)
+		if again, _ := json.Marshal(prev); string(again) != string(before) {
+			t.Fatalf("applying a command changed the state published before it:\n%s\n%s", before, again)
+		}
 		st := fsm.State()
 		if r.Err != nil {
 			st.Applied = 7 // only the applied index moves on a failed command

@@ -76,6 +76,7 @@ func (s *State) fill() {
 		}
 		byLoad(free, hosted)
 		add := free[:min(lack, len(free))]
+		as = s.ownAssignments(name) // changed below
 		for _, f := range add {
 			hosted[f] += len(as)
 		}

@@ -163,6 +163,7 @@ func (s *State) recover(r Recover) error {
 	if as[0].Epoch != r.Epoch {
 		return nil
 	}
+	as = s.ownAssignments(r.Queue)
 	for i := range as {
 		a := &as[i]
 		a.Epoch++
@@ -189,6 +190,7 @@ func (s *State) seal(r SealReport) error {
 	if !as[0].Sealing || as[0].Epoch != r.Epoch || !slices.Contains(as[0].Copies(), r.Node) {
 		return nil
 	}
+	as = s.ownAssignments(r.Queue)
 	for i := range as {
 		a := &as[i]
 		sl := r.Seals[i]

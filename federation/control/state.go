@@ -161,6 +161,30 @@ func (s *State) check() error {
 	return nil
 }
 
+// derive starts the next state from s for Apply: the maps are copied,
+// the entries shared with s, which is published and must not change. A
+// command changes an entry by storing a new value under its key, and a
+// queue's assignments in place only once it owns them (ownAssignments).
+func (s *State) derive() *State {
+	return &State{Members: maps.Clone(s.Members), Queues: maps.Clone(s.Queues),
+		Assignments: maps.Clone(s.Assignments), Settings: maps.Clone(s.Settings), Applied: s.Applied}
+}
+
+// ownAssignments replaces queue's assignments in s with a deep copy and
+// returns it, for a command to change in place: the list it replaces may
+// be shared with a published state (derive).
+func (s *State) ownAssignments(queue string) []Assignment {
+	as := slices.Clone(s.Assignments[queue])
+	for i := range as {
+		as[i].Followers = slices.Clone(as[i].Followers)
+		as[i].Seals = slices.Clone(as[i].Seals)
+	}
+	if as != nil {
+		s.Assignments[queue] = as
+	}
+	return as
+}
+
 // clone deep-copies the state for a reader or a snapshot. Every list of
 // warnings, assignments and followers is cut from one array of each (capacity limited, so an append to one reallocates): a
 // state with 1,000 queues takes a handful of allocations, not one per

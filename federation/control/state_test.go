@@ -168,9 +168,10 @@ func (*memSink) Close() error  { return nil }
 
 func TestSnapshotRestore(t *testing.T) {
 	f := NewFSM(nil)
-	f.state = threeMembers(t)
-	f.state.declare(appliance.QueueConfig{Name: "q", Partitions: 2}, Policy{}, nil)
-	f.state.setSettings(map[string]string{"replicas": "3"})
+	st := threeMembers(t)
+	st.declare(appliance.QueueConfig{Name: "q", Partitions: 2}, Policy{}, nil)
+	st.setSettings(map[string]string{"replicas": "3"})
+	f.state.Store(st)
 	g := roundTrip(t, f)
 	got := g.State()
 	if len(got.Members) != 3 || got.Queues["q"].Config.Partitions != 2 || len(got.Assignments["q"]) != 2 || got.Settings["replicas"] != "3" {
@@ -190,15 +191,16 @@ func TestSnapshotRestore(t *testing.T) {
 }
 
 // The owner lookup of every forwarded publish: a copy of the state
-// (State) against a read under the lock (Read), with 100 queues.
+// (State) against a read of the published state (Read), with 100 queues.
 func BenchmarkOwnerLookup(b *testing.B) {
-	f := NewFSM(nil)
+	f, st := NewFSM(nil), newState()
 	for _, id := range []string{"n1", "n2", "n3"} {
-		f.state.addMember(Member{ID: id, ClusterAddr: id + ":7000"})
+		st.addMember(Member{ID: id, ClusterAddr: id + ":7000"})
 	}
 	for i := range 100 {
-		f.state.declare(appliance.QueueConfig{Name: fmt.Sprint("q", i), Partitions: 2}, Policy{}, nil)
+		st.declare(appliance.QueueConfig{Name: fmt.Sprint("q", i), Partitions: 2}, Policy{}, nil)
 	}
+	f.state.Store(st)
 	b.Run("copy", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
