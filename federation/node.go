@@ -71,6 +71,12 @@ type Options struct {
 	// ElectionTimeout scales raft's heartbeat, election and lease
 	// timeouts; default 1 s (raft's default). Tests use less.
 	ElectionTimeout time.Duration
+	// CommitTimeout is how long raft lets a follower go without an
+	// AppendEntries while nothing new is committed; default
+	// ElectionTimeout/20. The leader tells followers of each commit at
+	// once (pushCommits), so this only bounds the idle chatter. Tests set
+	// it long to show that nothing waits for it.
+	CommitTimeout time.Duration
 	// Logger receives the node's log; default slog.Default().
 	Logger *slog.Logger
 	// Replica, when set, serves replication streams arriving on the
@@ -91,6 +97,7 @@ type Node struct {
 
 	ready   chan struct{} // closed once raft is set: control requests wait for it
 	changed chan struct{} // closed and replaced on every applied command
+	applied chan struct{} // wakes pushCommits (commitpush.go); one buffered
 	mu      sync.Mutex    // guards changed
 	stop    chan struct{}
 	wg      sync.WaitGroup
@@ -121,11 +128,14 @@ func Open(o Options) (*Node, error) {
 	if o.ElectionTimeout <= 0 {
 		o.ElectionTimeout = time.Second
 	}
+	if o.CommitTimeout <= 0 {
+		o.CommitTimeout = o.ElectionTimeout / 20
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	n := &Node{opts: o, log: o.Logger.With("node", o.ID), ready: make(chan struct{}), changed: make(chan struct{}),
-		replayed: make(chan struct{}), stop: make(chan struct{})}
+		replayed: make(chan struct{}), stop: make(chan struct{}), applied: make(chan struct{}, 1)}
 	n.fsm = control.NewFSM(n.notify)
 	if err := os.MkdirAll(o.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("federation: %w", err)
@@ -165,7 +175,8 @@ func Open(o Options) (*Node, error) {
 	}
 	close(n.ready)
 	n.checkReplayed()
-	n.wg.Add(1)
+	n.wg.Add(2)
+	go n.pushCommits()
 	go func() {
 		if n.blank {
 			n.learnLive() // before the announcement: see learnLive
@@ -188,7 +199,7 @@ func (n *Node) startRaft() error {
 	cfg.HeartbeatTimeout = o.ElectionTimeout
 	cfg.ElectionTimeout = o.ElectionTimeout
 	cfg.LeaderLeaseTimeout = o.ElectionTimeout / 2
-	cfg.CommitTimeout = o.ElectionTimeout / 20
+	cfg.CommitTimeout = o.CommitTimeout
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: logw})
 	snaps, err := raft.NewFileSnapshotStore(o.Dir, 2, logw)
 	if err != nil {
@@ -335,6 +346,7 @@ func (n *Node) Changed() <-chan struct{} {
 func (n *Node) notify() {
 	n.checkReplayed()
 	n.wake()
+	n.appliedCommand()
 }
 
 // wake closes the channel Changed returned: whoever waits on it looks

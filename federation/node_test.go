@@ -116,6 +116,45 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
+// A follower hears of each commit at once (pushCommits), not at raft's
+// next idle AppendEntries: with raft's commit timer an hour long, the
+// members still join, a declare through a follower (answered once that
+// follower applied it) completes, and a deletion on the leader reaches
+// every follower, each within the test's deadline.
+func TestFollowersApplyWithoutRaftsCommitTimer(t *testing.T) {
+	c := startCluster(t, 3, func(o *Options) { o.CommitTimeout = time.Hour })
+	lead := c.leader()
+	ctx := ctxT(t)
+	for _, id := range c.ids {
+		if id == lead {
+			continue
+		}
+		name := "via-" + id
+		if _, created, err := c.nodes[id].Declare(ctx, appliance.QueueConfig{Name: name, Durability: appliance.Durable}, ""); err != nil || !created {
+			t.Fatalf("declare through follower %s: created %v, %v", id, created, err)
+		}
+		if _, ok := c.nodes[id].State().Queues[name]; !ok {
+			t.Fatalf("follower %s answered the declare before applying it", id)
+		}
+	}
+	var gone string
+	for _, id := range c.ids {
+		if id != lead {
+			gone = "via-" + id
+			break
+		}
+	}
+	if err := c.nodes[lead].DeleteQueue(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range c.ids {
+		await.Within(t, 30*time.Second, id+" to apply the deletion", func() bool {
+			_, ok := c.nodes[id].State().Queues[gone]
+			return !ok
+		})
+	}
+}
+
 // Issue test 4: declarations and assignments survive a leader kill and
 // re-election, a re-declare with the other mode is rejected on every node,
 // and a declare through a follower is forwarded to the leader.

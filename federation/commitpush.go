@@ -1,0 +1,41 @@
+package federation
+
+import "github.com/hashicorp/raft"
+
+// A follower learns that a command committed from the leader's next
+// AppendEntries. While commands flow, the next one carries it; after the
+// last, raft sends one with no entries only when CommitTimeout (50 to 100
+// ms here) runs out. Every follower therefore applied a lone command that
+// much late: a declare or a deletion proposed through a node that does not
+// lead (it answers once it applied the command itself: proposeSeen), and
+// each step of a recovery, whose copies act on the command before.
+//
+// pushCommits ends that wait: after the leader applies commands, it
+// appends a barrier, an entry the state machine never sees. raft sends it
+// at once, with the commit index. One barrier is in flight at a time;
+// commands applied meanwhile get the next, so a burst of commands costs a
+// barrier per round trip, not one each, and an idle cluster none.
+func (n *Node) pushCommits() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-n.applied:
+		}
+		if n.raft.State() != raft.Leader {
+			continue
+		}
+		if err := n.raft.Barrier(n.opts.ElectionTimeout).Error(); err != nil {
+			n.log.Debug("commit index not pushed to the followers; they learn it at raft's next AppendEntries", "err", err)
+		}
+	}
+}
+
+// appliedCommand wakes pushCommits; it never blocks the state machine.
+func (n *Node) appliedCommand() {
+	select {
+	case n.applied <- struct{}{}:
+	default:
+	}
+}
