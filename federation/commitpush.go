@@ -1,6 +1,10 @@
 package federation
 
-import "github.com/hashicorp/raft"
+import (
+	"errors"
+
+	"github.com/hashicorp/raft"
+)
 
 // A follower learns that a command committed from the leader's next
 // AppendEntries. While commands flow, the next one carries it; after the
@@ -23,12 +27,30 @@ func (n *Node) pushCommits() {
 			return
 		case <-n.applied:
 		}
-		if n.raft.State() != raft.Leader {
-			continue
+		if n.raft.State() != raft.Leader || len(n.fsm.Shared().Members) < 2 {
+			continue // no follower to tell
 		}
-		if err := n.raft.Barrier(n.opts.ElectionTimeout).Error(); err != nil {
+		if err := n.awaitRaft(n.raft.Barrier(n.opts.ElectionTimeout)); errors.Is(err, ErrClosed) {
+			return
+		} else if err != nil {
 			n.log.Debug("commit index not pushed to the followers; they learn it at raft's next AppendEntries", "err", err)
 		}
+	}
+}
+
+// awaitRaft waits for a barrier's or a command's future, or for the node
+// to close (ErrClosed). raft may never answer an entry it committed but
+// had not applied when it shut down: such a future has no shutdown
+// channel to end its wait. The goroutine left waiting then ends with the
+// process.
+func (n *Node) awaitRaft(f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-n.stop:
+		return ErrClosed
 	}
 }
 

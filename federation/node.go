@@ -71,11 +71,11 @@ type Options struct {
 	// ElectionTimeout scales raft's heartbeat, election and lease
 	// timeouts; default 1 s (raft's default). Tests use less.
 	ElectionTimeout time.Duration
-	// CommitTimeout is how long raft lets a follower go without an
-	// AppendEntries while nothing new is committed; default
-	// ElectionTimeout/20. The leader tells followers of each commit at
-	// once (pushCommits), so this only bounds the idle chatter. Tests set
-	// it long to show that nothing waits for it.
+	// CommitTimeout is raft's: how long the leader lets a follower go
+	// without an AppendEntries while nothing new is committed, which is
+	// also when it retries one that failed; default ElectionTimeout/20.
+	// The leader tells followers of each commit at once (pushCommits),
+	// so no command waits for it. A test sets it long to show that.
 	CommitTimeout time.Duration
 	// Logger receives the node's log; default slog.Default().
 	Logger *slog.Logger

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -513,4 +514,28 @@ func BenchmarkDeclare(b *testing.B) {
 			}
 		})
 	}
+}
+
+// A leader closed while it applies a burst of commands closes: neither
+// a proposal nor the commit push waits on a raft future that raft, shut
+// down with the entry committed and not applied, never answers.
+func TestLeaderClosesDuringABurstOfCommands(t *testing.T) {
+	c := startCluster(t, 3)
+	lead := c.nodes[c.leader()]
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Go(func() {
+			lead.Declare(ctx, appliance.QueueConfig{Name: fmt.Sprint("burst-", i), Durability: appliance.Durable}, "") // refused once closed
+		})
+	}
+	await.Within(t, 30*time.Second, "the burst to start applying", func() bool { return lead.fsm.Applied() > 0 && len(lead.State().Queues) > 0 })
+	closed := make(chan error, 1)
+	go func() { closed <- lead.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the leader did not close within 30 s")
+	}
+	wg.Wait()
 }
