@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,12 +19,14 @@ const Limit = 10 * time.Second
 
 // Main runs the tests, then waits for the goroutine count to fall back to
 // what it was before them, and exits non-zero with the extra goroutines'
-// stacks if it does not.
-func Main(m *testing.M) {
+// stacks if it does not. A goroutine whose stack contains one of except
+// is not counted as this project's: for waits a dependency is known to
+// leave behind (each use says which and why).
+func Main(m *testing.M, except ...string) {
 	before := runtime.NumGoroutine()
 	code := m.Run()
 	if code == 0 {
-		if leaked := wait(before, Limit); leaked != "" {
+		if leaked := wait(before, Limit, except); leaked != "" {
 			fmt.Fprintf(os.Stderr, "goroutines still running after the tests:\n%s\n", leaked)
 			code = 1
 		}
@@ -33,22 +36,34 @@ func Main(m *testing.M) {
 
 // wait polls the goroutine count (the runtime offers no event for a
 // goroutine's end) and returns the stacks of this project's extra
-// goroutines if the count stays above n past limit.
-func wait(n int, limit time.Duration) string {
+// goroutines if the count stays above n past limit. It returns early
+// once none of the extra goroutines is this project's.
+func wait(n int, limit time.Duration, except []string) string {
 	deadline := time.Now().Add(limit)
 	for runtime.NumGoroutine() > n {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			var ours []string
-			for _, g := range strings.Split(string(buf), "\n\n") {
-				if strings.Contains(g, "fibril") && !strings.Contains(g, "TestMain") {
-					ours = append(ours, g)
-				}
-			}
-			return strings.Join(ours, "\n\n")
+		leaked := ours(except)
+		if leaked == "" || time.Now().After(deadline) {
+			return leaked
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	return ""
+}
+
+// ours is the stacks of this project's goroutines, but for the one
+// running TestMain and those matching except.
+func ours(except []string) string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if !strings.Contains(g, "fibril") || strings.Contains(g, "TestMain") {
+			continue
+		}
+		if slices.ContainsFunc(except, func(e string) bool { return strings.Contains(g, e) }) {
+			continue
+		}
+		out = append(out, g)
+	}
+	return strings.Join(out, "\n\n")
 }
