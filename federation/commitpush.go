@@ -1,6 +1,7 @@
 package federation
 
 import (
+	"context"
 	"errors"
 
 	"github.com/hashicorp/raft"
@@ -18,7 +19,8 @@ import (
 // appends a barrier, an entry the state machine never sees. raft sends it
 // at once, with the commit index. One barrier is in flight at a time;
 // commands applied meanwhile get the next, so a burst of commands costs a
-// barrier per round trip, not one each, and an idle cluster none.
+// barrier per round trip, not one each, and an idle cluster or a lone
+// node none.
 func (n *Node) pushCommits() {
 	defer n.wg.Done()
 	for {
@@ -30,7 +32,7 @@ func (n *Node) pushCommits() {
 		if n.raft.State() != raft.Leader || len(n.fsm.Shared().Members) < 2 {
 			continue // no follower to tell
 		}
-		if err := n.awaitRaft(n.raft.Barrier(n.opts.ElectionTimeout)); errors.Is(err, ErrClosed) {
+		if err := n.awaitRaft(context.Background(), n.raft.Barrier(n.opts.ElectionTimeout)); errors.Is(err, ErrClosed) {
 			return
 		} else if err != nil {
 			n.log.Debug("commit index not pushed to the followers; they learn it at raft's next AppendEntries", "err", err)
@@ -38,17 +40,19 @@ func (n *Node) pushCommits() {
 	}
 }
 
-// awaitRaft waits for a barrier's or a command's future, or for the node
-// to close (ErrClosed). raft may never answer an entry it committed but
-// had not applied when it shut down: such a future has no shutdown
-// channel to end its wait. The goroutine left waiting then ends with the
-// process.
-func (n *Node) awaitRaft(f raft.Future) error {
+// awaitRaft waits for a barrier's or a command's future, for ctx to end
+// (its error), or for the node to close (ErrClosed). raft may never
+// answer an entry it committed but had not applied when it shut down:
+// such a future has no shutdown channel to end its wait. The goroutine
+// left waiting then ends with the process.
+func (n *Node) awaitRaft(ctx context.Context, f raft.Future) error {
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
 	select {
 	case err := <-done:
 		return err
+	case <-ctx.Done():
+		return ctx.Err()
 	case <-n.stop:
 		return ErrClosed
 	}

@@ -242,7 +242,7 @@ func (n *Node) proposeOnce(ctx context.Context, cmd control.Command) (control.Re
 		}
 		timeout := time.Until(deadline(ctx))
 		f := n.raft.Apply(b, timeout)
-		if err := n.awaitRaft(f); err != nil {
+		if err := n.awaitRaft(context.Background(), f); err != nil { // the command may apply after ctx ends
 			return control.Result{}, err
 		}
 		return f.Response().(control.Result), nil

@@ -151,16 +151,8 @@ func (n *Node) askLive(ctx context.Context, id string) (uint64, bool, error) {
 // an entry of its term commits, and a deposed one cannot commit the
 // barrier), the applied index and whether id is a member.
 func (n *Node) liveAnswer(ctx context.Context, id string) (uint64, bool, error) {
-	f := n.raft.Barrier(time.Until(deadline(ctx)))
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }() // ends when the barrier applies or fails
-	select {
-	case err := <-done:
-		if err != nil {
-			return 0, false, fmt.Errorf("%w: barrier: %w", ErrNoLeader, err)
-		}
-	case <-ctx.Done():
-		return 0, false, fmt.Errorf("%w: barrier: %w", ErrNoLeader, ctx.Err())
+	if err := n.awaitRaft(ctx, n.raft.Barrier(time.Until(deadline(ctx)))); err != nil {
+		return 0, false, fmt.Errorf("%w: barrier: %w", ErrNoLeader, err)
 	}
 	var member bool
 	var applied uint64

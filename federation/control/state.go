@@ -185,10 +185,11 @@ func (s *State) ownAssignments(queue string) []Assignment {
 	return as
 }
 
-// clone deep-copies the state for a reader or a snapshot. Every list of
-// warnings, assignments and followers is cut from one array of each (capacity limited, so an append to one reallocates): a
-// state with 1,000 queues takes a handful of allocations, not one per
-// slice (BenchmarkStateClone).
+// clone deep-copies the state for a caller of FSM.State, which may
+// change it. Every list of warnings, assignments and followers is cut
+// from one array of each (capacity limited, so an append to one
+// reallocates): a state with 1,000 queues takes a handful of
+// allocations, not one per slice (BenchmarkStateClone).
 func (s *State) clone() *State {
 	c := &State{Members: maps.Clone(s.Members), Settings: maps.Clone(s.Settings), Applied: s.Applied,
 		Queues: maps.Clone(s.Queues)}
