@@ -135,7 +135,8 @@ type Broker struct {
 	ckptTimer *time.Timer
 
 	// bg counts the broker's short-lived goroutines (dead-letter copies,
-	// duplicate confirms); Close waits for them once the queues are closed.
+	// duplicate confirms) and the deletions under way; Close waits for
+	// them once the queues are closed.
 	bg sync.WaitGroup
 }
 
@@ -355,6 +356,10 @@ func (b *Broker) DeleteQueue(ctx context.Context, name string) error {
 		return fmt.Errorf("delete queue %s: %w", name, err)
 	}
 	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
 	q, ok := b.queues[name]
 	_, failed := b.failed[name]
 	if !ok && !failed {
@@ -363,6 +368,8 @@ func (b *Broker) DeleteQueue(ctx context.Context, name string) error {
 	}
 	delete(b.queues, name)
 	delete(b.failed, name)
+	b.bg.Add(1) // Close waits for the deletion before it closes the metadata store
+	defer b.bg.Done()
 	b.mu.Unlock()
 	if q != nil {
 		ended, err := q.close(b)
