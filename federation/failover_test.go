@@ -186,6 +186,10 @@ func TestLatchedOwnerFailsOver(t *testing.T) {
 	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "l", Durability: appliance.Durable}, "replica_durable:2")
 	a := nodes.assignments(t, "l")[0]
 	publishN(t, owner.broker, "l", "before", 20)
+	// Every copy holds what the owner does before its log latches: a
+	// follower still behind when it seals would lose to the owner's
+	// longer history, and the owner would rightly be installed again.
+	nodes.copiesMatch(t, "l", (*wal.Log).DurableNext)
 	ol, _ := owner.cluster.OwnerLog("l", 0)
 	want := waltest.Records(t, ol, ol.WrittenNext())
 
