@@ -99,12 +99,11 @@ func BenchmarkDeclareThousand(b *testing.B) {
 // in place once owned), leaves the states published before it as they
 // were, while a reader reads them without a lock.
 func TestPublishedStatesNeverChange(t *testing.T) {
-	member := func(id string) Command { return addMember(id) }
-	cmds := []Command{member("n1"), member("n2"),
+	cmds := []Command{addMember("n1"), addMember("n2"),
 		declareCmd("q", appliance.Buffered, 2, Policy{}),
 		{Op: OpSetMode, Mode: &SetMode{Queue: "q", To: appliance.Durable, Since: 1}},
 		{Op: OpSetMode, Mode: &SetMode{Queue: "q", To: appliance.Durable, Applied: true}},
-		member("n3"), // fill: q's partitions gain a follower
+		addMember("n3"), // fill: q's partitions gain a follower
 		{Op: OpSetSettings, Settings: map[string]string{"replicas": "3"}},
 		declareCmd("other", appliance.Buffered, 1, Policy{}),
 		{Op: OpAdopt, Queue: &appliance.QueueConfig{Name: "brought", Durability: appliance.Buffered, Partitions: 1}, Owner: "n2"},
