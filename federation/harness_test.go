@@ -29,6 +29,7 @@ import (
 	"github.com/fibril-edge/fibril/appliance/server"
 	"github.com/fibril-edge/fibril/federation/control"
 	"github.com/fibril-edge/fibril/internal/await"
+	"github.com/fibril-edge/fibril/internal/loopback"
 	"github.com/fibril-edge/fibril/internal/syncprobe"
 	"github.com/fibril-edge/fibril/internal/waltest"
 	"github.com/fibril-edge/fibril/wal"
@@ -133,17 +134,11 @@ type clusterNode struct {
 // newNode reserves a node's addresses; open starts it on them.
 func newNode(t *testing.T, id string, o nodeOptions) (n *clusterNode, ln, clientLn net.Listener) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln = listenLoopback(t)
 	n = &clusterNode{id: id, raftDir: t.TempDir(), clusterAddr: ln.Addr().String(), hold: o.followerHold}
 	n.useFS(vfs.NewCrashableMem())
 	if o.clients {
-		if clientLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-			ln.Close()
-			t.Fatal(err)
-		}
+		clientLn = listenLoopback(t)
 		n.clientAddr = clientLn.Addr().String()
 	}
 	return n, ln, clientLn
@@ -330,6 +325,18 @@ func (n *clusterNode) closeCluster() {
 		n.cluster.Close()
 		n.cluster = nil
 	}
+}
+
+// listenLoopback listens on a loopback port outside the kernel's
+// ephemeral range, so that no connection the test makes can take the
+// port while its node is down between a close and a restart.
+func listenLoopback(t testing.TB) net.Listener {
+	t.Helper()
+	lns, err := loopback.Listeners(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lns[0]
 }
 
 // restart closes the node and opens it again where it was.

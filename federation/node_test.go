@@ -44,10 +44,7 @@ func startCluster(t testing.TB, n int, tweak ...func(*Options)) *cluster {
 	lns := map[string]net.Listener{}
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("n%d", i)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		ln := listenLoopback(t)
 		c.ids = append(c.ids, id)
 		c.addrs[id] = ln.Addr().String()
 		c.dirs[id] = t.TempDir()

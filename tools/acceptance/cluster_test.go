@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fibril-edge/fibril/internal/fibrildproc"
+	"github.com/fibril-edge/fibril/internal/loopback"
 	"github.com/fibril-edge/fibril/wal"
 )
 
@@ -89,14 +89,9 @@ func prepareClusterEnv(t *testing.T, ctx context.Context, fs string, tags ...str
 		}
 	})
 	e := &clusterEnv{t: t, h: h, seed: caseSeed(t), start: time.Now(), byAddr: map[string]int{}, fs: fs}
-	ports := make([]string, 3)
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = ln.Addr().String()
-		ln.Close()
+	ports, err := loopback.Ports(3) // outside the range the nodes' own :0 ports come from
+	if err != nil {
+		t.Fatal(err)
 	}
 	for i := range 3 {
 		id := fmt.Sprintf("n%d", i+1)

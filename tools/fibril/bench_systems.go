@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fibril-edge/fibril/internal/fibrildproc"
+	"github.com/fibril-edge/fibril/internal/loopback"
 	"github.com/fibril-edge/fibril/tools/fibril/internal/benchutil"
 	"github.com/fibril-edge/fibril/tools/fibril/internal/e2ebench"
 	"github.com/fibril-edge/fibril/tools/fibril/internal/floor"
@@ -144,14 +144,9 @@ func startBenchCluster(ctx context.Context, bin, dir string, n int) ([]*fibrildp
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	ports := make([]string, n)
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("pick a cluster port: %w", err)
-		}
-		ports[i] = ln.Addr().String()
-		ln.Close()
+	ports, err := loopback.Ports(n) // outside the range the nodes' own :0 ports come from
+	if err != nil {
+		return nil, fmt.Errorf("pick the cluster ports: %w", err)
 	}
 	nodes := make([]*fibrildproc.Process, n)
 	errs := make([]error, n)

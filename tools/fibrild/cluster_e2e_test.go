@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -14,24 +13,16 @@ import (
 	"github.com/fibril-edge/fibril/appliance/admin"
 	"github.com/fibril-edge/fibril/appliance/client"
 	"github.com/fibril-edge/fibril/internal/fibrildproc"
+	"github.com/fibril-edge/fibril/internal/loopback"
 )
 
 // freePorts reserves n loopback ports for cluster listeners that must be
 // known before any node starts (each node's peers name the others).
 func freePorts(t *testing.T, n int) []string {
 	t.Helper()
-	var lns []net.Listener
-	var addrs []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
+	addrs, err := loopback.Ports(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return addrs
 }
