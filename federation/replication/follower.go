@@ -143,8 +143,11 @@ func (f *Follower) Serve(c net.Conn) {
 	f.wg.Add(1)
 	f.mu.Unlock()
 	defer f.wg.Done()
-	br := bufio.NewReaderSize(c, 64<<10)
-	w := &frameWriter{w: bufio.NewWriter(c)}
+	// A node holds a stream per partition it follows, idle or not: the
+	// buffers stay small (the records' frames are read through one the
+	// size of a page; the answers, Positions, are a few bytes each).
+	br := bufio.NewReaderSize(c, recordBuffer)
+	w := &frameWriter{w: bufio.NewWriterSize(c, answerBuffer)}
 	c.SetReadDeadline(time.Now().Add(helloReadTimeout))
 	fr, err := readFrame(br)
 	if err != nil {

@@ -17,6 +17,18 @@ var ErrFrame = errors.New("replication: malformed frame")
 // MaxFrame bounds a frame's size.
 const MaxFrame = 16 << 20
 
+// A stream's buffers: the records' direction, and the answers' (a
+// Position or a Pull, under 32 bytes; a Refuse's reason may be longer,
+// and is read past the buffer).
+const (
+	recordBuffer = 4 << 10
+	answerBuffer = 512
+)
+
+// smallFrame is the largest frame read into a buffer allocated whole
+// from its announced length; a larger one's buffer grows as it arrives.
+const smallFrame = 64 << 10
+
 const (
 	typeHello    byte = 1
 	typePosition byte = 2
@@ -161,8 +173,15 @@ func readFrame(r *bufio.Reader) (Frame, error) {
 	if n < 1 || n > MaxFrame {
 		return nil, fmt.Errorf("%w: length %d", ErrFrame, n)
 	}
-	// The buffer grows as bytes arrive: a peer that announces a large
-	// frame and sends nothing costs its announcement nothing.
+	if n <= smallFrame { // one allocation of the frame's size
+		body := make([]byte, n)
+		if _, err := io.ReadFull(r, body); err != nil {
+			return nil, fmt.Errorf("replication: read frame: %w", err)
+		}
+		return decodeFrame(body)
+	}
+	// A larger frame's buffer grows as bytes arrive: a peer that announces
+	// a large frame and sends nothing costs its announcement nothing.
 	var body bytes.Buffer
 	if _, err := io.CopyN(&body, r, int64(n)); err != nil {
 		return nil, fmt.Errorf("replication: read frame: %w", err)

@@ -246,3 +246,41 @@ func TestAnnouncedFrameCostsNothing(t *testing.T) {
 		t.Fatalf("20 announcements of %d-byte frames allocated %d bytes", MaxFrame, grew)
 	}
 }
+
+// BenchmarkReadFrame reads a batch of one 1 KiB record, the frame a
+// follower reads for each record of a queue at a few messages a second.
+func BenchmarkReadFrame(b *testing.B) {
+	frame := appendFrame(nil, Batch{First: 7, Records: []Record{{1, bytes.Repeat([]byte("x"), 1024)}}})
+	r := bytes.NewReader(frame)
+	br := bufio.NewReaderSize(r, 4096)
+	b.SetBytes(int64(len(frame)))
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Reset(frame)
+		br.Reset(r)
+		if _, err := readFrame(br); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// A frame reads back whole on both sides of smallFrame, where the read
+// switches from one allocation to a growing buffer, and a frame cut
+// short is an error on both.
+func TestFramesAroundTheSmallFrameBound(t *testing.T) {
+	for _, size := range []int{smallFrame - 64, smallFrame + 64, 4 * smallFrame} {
+		payload := bytes.Repeat([]byte{0xa5}, size)
+		frame := appendFrame(nil, Batch{First: 9, Records: []Record{{2, payload}}})
+		fr, err := readFrame(bufio.NewReader(bytes.NewReader(frame)))
+		if err != nil {
+			t.Fatalf("%d-byte record: %v", size, err)
+		}
+		bt, ok := fr.(Batch)
+		if !ok || bt.First != 9 || len(bt.Records) != 1 || bt.Records[0].Type != 2 || !bytes.Equal(bt.Records[0].Payload, payload) {
+			t.Fatalf("%d-byte record read back as %T %+v", size, fr, fr)
+		}
+		if _, err := readFrame(bufio.NewReader(bytes.NewReader(frame[:len(frame)-1]))); err == nil {
+			t.Fatalf("%d-byte record: a frame one byte short was read", size)
+		}
+	}
+}

@@ -165,7 +165,7 @@ func (s *Sender) stream(ctx context.Context) error {
 	// A follower that never answers the Hello must not hold the stream:
 	// its gate position would stay where it was for good.
 	c.SetDeadline(time.Now().Add(s.o.HelloTimeout))
-	w := bufio.NewWriterSize(c, 64<<10)
+	w := bufio.NewWriterSize(c, recordBuffer) // see Follower.Serve
 	hello := s.o.Hello
 	hello.Head, hello.End = s.o.Log.Head(), s.o.Log.WrittenNext()
 	if _, err := w.Write(appendFrame(nil, hello)); err != nil {
@@ -174,7 +174,7 @@ func (s *Sender) stream(ctx context.Context) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	br := bufio.NewReader(c)
+	br := bufio.NewReaderSize(c, answerBuffer)
 	fr, err := readFrame(br)
 	if err != nil {
 		return fmt.Errorf("read the follower's answer to the hello (within %v): %w", s.o.HelloTimeout, err)
