@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/fibril-edge/fibril/internal/loopback"
 )
 
 // DefaultStartTimeout is how long Start waits for the listening lines.
@@ -80,7 +82,10 @@ type Options struct {
 	Args []string
 	// Env is added to the process environment.
 	Env []string
-	// Listen is the client protocol address; default 127.0.0.1:0.
+	// Listen is the client protocol address; default a free loopback
+	// port outside the kernel's ephemeral range (internal/loopback), so
+	// that a restart on the Process's Addr finds it free: no outgoing
+	// connection made while the daemon was down can have taken it.
 	Listen string
 	// StartTimeout bounds the wait for the listening lines; default
 	// DefaultStartTimeout.
@@ -118,7 +123,11 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 		}
 	}
 	if o.Listen == "" {
-		o.Listen = "127.0.0.1:0"
+		ports, err := loopback.Ports(1)
+		if err != nil {
+			return nil, fmt.Errorf("fibrildproc: %w", err)
+		}
+		o.Listen = ports[0]
 	}
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = DefaultStartTimeout

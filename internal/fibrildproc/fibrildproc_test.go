@@ -36,9 +36,13 @@ func TestStartKillRestartStop(t *testing.T) {
 	if p.ExitErr() == nil {
 		t.Fatal("a SIGKILLed process reported a clean exit")
 	}
-	p, err = Start(ctx, Options{Bin: bin, DataDir: data, Args: []string{"--storage.min_free", "0"}})
+	addr := p.Addr // restarted where it was, as the harnesses do
+	p, err = Start(ctx, Options{Bin: bin, DataDir: data, Listen: addr, Args: []string{"--storage.min_free", "0"}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if p.Addr != addr {
+		t.Fatalf("restarted on %s, not %s", p.Addr, addr)
 	}
 	if err := p.Stop(30 * time.Second); err != nil {
 		t.Fatalf("SIGTERM exit: %v\n%s", err, p.Log())
