@@ -124,7 +124,7 @@ func TestBridgeJetStreamRestartsAndKill(t *testing.T) {
 			}
 			p.Kill()
 		} else {
-			dups += bridgeDuplicates(t, p.Admin)
+			dups += bridgeDuplicates(t, ctx, p.Admin)
 			if err := p.Stop(time.Minute); err != nil {
 				t.Fatalf("stop %d: %v", i+1, err)
 			}
@@ -143,7 +143,7 @@ func TestBridgeJetStreamRestartsAndKill(t *testing.T) {
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream == bridgeMessages
 	})
 	checkReadings(t, ctx, p.Addr, bridgeMessages)
-	dups += bridgeDuplicates(t, p.Admin)
+	dups += bridgeDuplicates(t, ctx, p.Admin)
 	if err := p.Stop(time.Minute); err != nil {
 		t.Fatalf("final stop: %v", err)
 	}
@@ -152,27 +152,37 @@ func TestBridgeJetStreamRestartsAndKill(t *testing.T) {
 }
 
 // bridgeDuplicates reads the bridge's duplicates counter from the admin
-// API's GET /api/bridges.
-func bridgeDuplicates(t *testing.T, admin string) uint64 {
+// API's GET /api/bridges, once the bridge is listed: a fibrild just
+// started lists it once it has started it, and the JetStream consumer's
+// ack floor a caller waited for may be a previous life's.
+func bridgeDuplicates(t *testing.T, ctx context.Context, admin string) uint64 {
 	t.Helper()
-	res, err := http.Get(admin + "/api/bridges")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	var r struct {
-		Bridges []struct {
-			Name       string `json:"name"`
-			Duplicates uint64 `json:"duplicates"`
-		} `json:"bridges"`
-	}
-	if err := json.NewDecoder(res.Body).Decode(&r); err != nil || res.StatusCode != http.StatusOK {
-		t.Fatalf("GET /api/bridges: %d %v", res.StatusCode, err)
-	}
-	if len(r.Bridges) != 1 || r.Bridges[0].Name != "site" {
-		t.Fatalf("GET /api/bridges: %+v", r.Bridges)
-	}
-	return r.Bridges[0].Duplicates
+	var dups uint64
+	poll(t, ctx, "the bridge to be listed", func() bool {
+		res, err := http.Get(admin + "/api/bridges")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var r struct {
+			Bridges []struct {
+				Name       string `json:"name"`
+				Duplicates uint64 `json:"duplicates"`
+			} `json:"bridges"`
+		}
+		if err := json.NewDecoder(res.Body).Decode(&r); err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("GET /api/bridges: %d %v", res.StatusCode, err)
+		}
+		switch {
+		case len(r.Bridges) == 0:
+			return false
+		case len(r.Bridges) != 1 || r.Bridges[0].Name != "site":
+			t.Fatalf("GET /api/bridges: %+v", r.Bridges)
+		}
+		dups = r.Bridges[0].Duplicates
+		return true
+	})
+	return dups
 }
 
 // poll checks cond every 10 ms (each check is a round trip to the NATS
