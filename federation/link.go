@@ -81,6 +81,36 @@ func (ls *links) open(ctx context.Context, addr string) (net.Conn, error) {
 	return nil, fmt.Errorf("open a stream on the link to %s: the link closed twice", addr)
 }
 
+// ping asks addr's node for a sign of life on the link to it: one yamux
+// ping frame each way, where a control request costs a connection and,
+// on a secured port, a TLS handshake at both ends. (A ping waits behind
+// what the link's streams queued before it: Node.probes keeps links that
+// carry pings alone.) It dials the link when
+// there is none (the handshake once, then kept), and drops a link whose
+// ping failed, so the next ping dials again. A ping that outlives ctx is
+// a failure; its frame's answer, if it comes, is dropped with it.
+func (ls *links) ping(ctx context.Context, addr string) error {
+	l, err := ls.get(ctx, addr)
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { // ends when the answer comes, or yamux's own timeout, or the link closes
+		_, err := l.sess.Ping()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			ls.drop(addr, l)
+			return fmt.Errorf("ping %s on its link: %w", addr, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // get returns addr's link, dialling it if there is none or it closed.
 // Concurrent callers share one dial.
 func (ls *links) get(ctx context.Context, addr string) (*link, error) {
@@ -184,6 +214,10 @@ func (m *mux) serveLink(c net.Conn) {
 		if err != nil {
 			sess.Close()
 			return
+		}
+		if m.replica == nil { // this node follows nothing
+			st.Close()
+			continue
 		}
 		m.wg.Add(1)
 		go func() {

@@ -224,3 +224,77 @@ func TestLinkIsDialledAgainAfterItDies(t *testing.T) {
 		t.Fatalf("%d connections, want 2: the first link and the one dialled after it died", n)
 	}
 }
+
+// A ping travels on the link the streams use, dialling it once; a node
+// that does not answer fails it at the caller's deadline; so does a node
+// gone.
+func TestLinkPing(t *testing.T) {
+	ls, addr, ln, server := linkPair(t, echo)
+	for range 5 {
+		if err := ls.ping(ctxT(t), addr); err != nil {
+			t.Fatalf("ping: %v", err)
+		}
+	}
+	if n := ln.accepted.Load(); n != 1 {
+		t.Fatalf("5 pings took %d connections, want 1", n)
+	}
+
+	// A listener that accepts and never answers: the dial succeeds (a
+	// link's first frame is the caller's), the ping does not.
+	mute, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held sync.WaitGroup
+	held.Go(func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := mute.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	})
+	defer held.Wait()
+	defer mute.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := ls.ping(ctx, mute.Addr().String()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ping of a node that does not answer: %v, want the deadline", err)
+	}
+
+	server.close()
+	await.Within(t, 30*time.Second, "a ping to fail once the far end closed", func() bool {
+		return ls.ping(ctxT(t), addr) != nil
+	})
+}
+
+// A node's pings travel on a link of their own, not on the link its
+// replication streams share, where they would queue behind data.
+func TestNodePingsOnALinkOfItsOwn(t *testing.T) {
+	c := startCluster(t, 2)
+	n1, to := c.nodes["n1"], c.addrs["n2"]
+	if err := n1.ping(ctxT(t), to); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	st, err := n1.DialReplica(ctxT(t), to)
+	if err != nil {
+		t.Fatalf("open a replication stream: %v", err)
+	}
+	defer st.Close()
+	n1.links.mu.Lock()
+	data := n1.links.byAddr[to]
+	n1.links.mu.Unlock()
+	n1.probes.mu.Lock()
+	probe := n1.probes.byAddr[to]
+	n1.probes.mu.Unlock()
+	if data == nil || probe == nil || data == probe || data.sess == probe.sess {
+		t.Fatalf("the replication link %p and the ping link %p are not two", data, probe)
+	}
+}

@@ -148,11 +148,7 @@ func (m *mux) route(c net.Conn, pending *preauth.Entry) {
 		}
 		m.replica(c)
 	case protoLink:
-		if m.replica == nil {
-			c.Close()
-			return
-		}
-		m.serveLink(c)
+		m.serveLink(c) // a node that follows nothing still answers the link's pings
 	default:
 		c.Close()
 	}

@@ -92,8 +92,12 @@ type Node struct {
 	store *raftstore.Store
 	mux   *mux
 	links *links // outgoing replication links
-	raft  *raft.Raft
-	trans *raft.NetworkTransport
+	// probes are the leader's links for its failure detector's pings
+	// alone: a ping queued behind a link's replication data (a catch-up
+	// on a slow network) would miss its tick and fail a live owner over.
+	probes *links
+	raft   *raft.Raft
+	trans  *raft.NetworkTransport
 
 	ready   chan struct{} // closed once raft is set: control requests wait for it
 	changed chan struct{} // closed and replaced on every applied command
@@ -167,7 +171,7 @@ func Open(o Options) (*Node, error) {
 		}
 	}
 	n.mux = newMux(ln, adv, o.ServerTLS, o.ClientTLS, n.nodeAt, n.raftPeerKnown, n.serveControl, o.Replica, n.log)
-	n.links = newLinks(n.mux)
+	n.links, n.probes = newLinks(n.mux), newLinks(n.mux)
 	if err := n.startRaft(); err != nil {
 		n.mux.close()
 		store.Close()
@@ -369,6 +373,7 @@ func (n *Node) Close() error {
 	err := n.raft.Shutdown().Error()
 	n.trans.Close()
 	n.links.close()
+	n.probes.close()
 	n.mux.close()
 	n.wg.Wait()
 	return errors.Join(err, n.store.Close())

@@ -264,7 +264,7 @@ func TestMain(m *testing.M) { leakcheck.Main(m, "federation.(*Node).awaitRaft.fu
 
 // clusterCerts makes a cluster CA and returns the TLS of any node id it
 // signs a certificate for, and the CA pool.
-func clusterCerts(t *testing.T) (nodeTLS func(id string) (server, client *tls.Config), pool *x509.CertPool) {
+func clusterCerts(t testing.TB) (nodeTLS func(id string) (server, client *tls.Config), pool *x509.CertPool) {
 	t.Helper()
 	caCert, caKey, err := NewCA("test cluster")
 	if err != nil {
@@ -538,4 +538,31 @@ func TestLeaderClosesDuringABurstOfCommands(t *testing.T) {
 		t.Fatal("the leader did not close within 30 s")
 	}
 	wg.Wait()
+}
+
+// BenchmarkPing is one probe of the leader's failure detector, with
+// mutual TLS on the cluster port: on the link to the member (what
+// watchOwners sends), against a control request (what it sent before,
+// a connection and a TLS handshake each).
+func BenchmarkPing(b *testing.B) {
+	nodeTLS, _ := clusterCerts(b)
+	c := startCluster(b, 2, func(o *Options) { o.ServerTLS, o.ClientTLS = nodeTLS(o.ID) })
+	from, to := c.nodes["n1"], c.addrs["n2"]
+	ctx := context.Background()
+	b.Run("link", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := from.ping(ctx, to); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("control", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if resp, err := from.request(ctx, to, controlRequest{Ping: true}); err != nil || resp.Code != "" {
+				b.Fatal(err, resp.Error)
+			}
+		}
+	})
 }
