@@ -83,12 +83,12 @@ func (ls *links) open(ctx context.Context, addr string) (net.Conn, error) {
 
 // ping asks addr's node for a sign of life on the link to it: one yamux
 // ping frame each way, where a control request costs a connection and,
-// on a secured port, a TLS handshake at both ends. (A ping waits behind
-// what the link's streams queued before it: Node.probes keeps links that
-// carry pings alone.) It dials the link when
-// there is none (the handshake once, then kept), and drops a link whose
-// ping failed, so the next ping dials again. A ping that outlives ctx is
-// a failure; its frame's answer, if it comes, is dropped with it.
+// on a secured port, a TLS handshake at both ends. It dials the link
+// when there is none (the handshake once, then kept), and drops a link
+// whose ping failed, so the next ping dials again. A ping that outlives
+// ctx is a failure; its frame's answer, if it comes, is dropped with it.
+// A ping waits behind what the link's streams queued before it:
+// Node.probes keeps links that carry pings alone.
 func (ls *links) ping(ctx context.Context, addr string) error {
 	l, err := ls.get(ctx, addr)
 	if err != nil {
