@@ -46,8 +46,9 @@ var rules = []rule{
 		never: []string{module + "/bridge", module + "/tools", "github.com/nats-io/"}},
 	{prefix: "bridge", may: []string{"appliance/client", "appliance/wire"},
 		never: []string{module + "/federation", module + "/tools", "github.com/hashicorp/raft"}},
-	// Shared test helpers: the solo broker's pieces only.
-	{prefix: "internal/", may: []string{"wal", "appliance", "appliance/"}, never: clusterAndBridge},
+	// Shared test helpers: the solo broker's pieces only, and the loopback
+	// port picker the process harnesses share.
+	{prefix: "internal/", may: []string{"wal", "appliance", "appliance/", "internal/loopback"}, never: clusterAndBridge},
 	{prefix: "packaging/"},
 	{prefix: "tools/", may: []string{""}}, // the composition root and the binaries: everything
 }
