@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -148,11 +146,6 @@ func flipBody(i int) string { return fmt.Sprintf("%06d:%s", i, strings.Repeat("v
 // quarantined damage.
 func lostMessages(t *testing.T, admin string) int64 {
 	t.Helper()
-	resp, err := http.Get(admin + "/api/queues/ledger")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var q struct {
 		Partitions []struct {
 			Quarantined []struct {
@@ -160,9 +153,7 @@ func lostMessages(t *testing.T, admin string) int64 {
 			} `json:"quarantined"`
 		} `json:"partitions"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&q); err != nil {
-		t.Fatal(err)
-	}
+	getJSON(t, admin+"/api/queues/ledger", &q)
 	var lost int64
 	for _, p := range q.Partitions {
 		for _, h := range p.Quarantined {

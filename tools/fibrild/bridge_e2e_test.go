@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -159,20 +157,13 @@ func bridgeDuplicates(t *testing.T, ctx context.Context, admin string) uint64 {
 	t.Helper()
 	var dups uint64
 	poll(t, ctx, "the bridge to be listed", func() bool {
-		res, err := http.Get(admin + "/api/bridges")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
 		var r struct {
 			Bridges []struct {
 				Name       string `json:"name"`
 				Duplicates uint64 `json:"duplicates"`
 			} `json:"bridges"`
 		}
-		if err := json.NewDecoder(res.Body).Decode(&r); err != nil || res.StatusCode != http.StatusOK {
-			t.Fatalf("GET /api/bridges: %d %v", res.StatusCode, err)
-		}
+		getJSON(t, admin+"/api/bridges", &r)
 		switch {
 		case len(r.Bridges) == 0:
 			return false

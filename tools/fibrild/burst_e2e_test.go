@@ -3,10 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -92,18 +89,11 @@ func dialClient(t *testing.T, ctx context.Context, p *daemonProcess) *client.Cli
 // bytes they count against the queue's limits.
 func queueHolds(t *testing.T, admin, queue string) (messages, bytes int64) {
 	t.Helper()
-	resp, err := http.Get(admin + "/api/queues/" + queue)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var q struct {
 		Messages int64 `json:"messages"`
 		Bytes    int64 `json:"bytes"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&q); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatal(fmt.Errorf("GET /api/queues/%s: status %d: %v", queue, resp.StatusCode, err))
-	}
+	getJSON(t, admin+"/api/queues/"+queue, &q)
 	return q.Messages, q.Bytes
 }
 
