@@ -541,7 +541,7 @@ func TestLeaderClosesDuringABurstOfCommands(t *testing.T) {
 }
 
 // BenchmarkPing is one probe of the leader's failure detector, with
-// mutual TLS on the cluster port: on the link to the member (what
+// mutual TLS on the cluster port: on the link kept for pings (what
 // watchOwners sends), against a control request (what it sent before,
 // a connection and a TLS handshake each).
 func BenchmarkPing(b *testing.B) {

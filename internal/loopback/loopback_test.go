@@ -2,7 +2,9 @@ package loopback
 
 import (
 	"errors"
+	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"testing"
 )
@@ -13,6 +15,16 @@ func TestPortsLieOutsideTheEphemeralRange(t *testing.T) {
 	lo, hi, ok := freeRange()
 	if !ok {
 		t.Skip("no ephemeral range to read on this system")
+	}
+	// The kernel's range, read here on its own: the stretch picked from
+	// must not overlap it.
+	b, err := os.ReadFile(rangeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var elo, ehi int
+	if _, err := fmt.Sscan(string(b), &elo, &ehi); err != nil {
+		t.Fatalf("%s: %q: %v", rangeFile, b, err)
 	}
 	addrs, err := Ports(8)
 	if err != nil {
@@ -31,6 +43,9 @@ func TestPortsLieOutsideTheEphemeralRange(t *testing.T) {
 		port, _ := strconv.Atoi(p)
 		if port < lo || port > hi {
 			t.Fatalf("port %d outside the picked stretch %d-%d", port, lo, hi)
+		}
+		if port >= elo && port <= ehi {
+			t.Fatalf("port %d inside the kernel's ephemeral range %d-%d", port, elo, ehi)
 		}
 		ln, err := net.Listen("tcp", a)
 		if err != nil {
