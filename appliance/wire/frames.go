@@ -177,7 +177,7 @@ func (f *Error) AppendBody(b []byte) []byte {
 
 func (f *Error) Validate() error {
 	v := validator{typ: TypeError}
-	v.check("Code", f.Code.Valid(), fmt.Sprintf("error code %d is not defined", uint16(f.Code)))
+	v.checkf("Code", f.Code.Valid(), "error code %d is not defined", uint16(f.Code))
 	v.text("Message", f.Message)
 	return v.result()
 }

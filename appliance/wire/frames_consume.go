@@ -1,7 +1,5 @@
 package wire
 
-import "fmt"
-
 // Subscribe starts deliveries from a queue under a SubID the client picks.
 // The server keeps at most Prefetch deliveries (plus any Credit granted)
 // unsettled on the subscription.
@@ -315,7 +313,7 @@ func (f *SettleError) AppendBody(b []byte) []byte {
 
 func (f *SettleError) Validate() error {
 	v := validator{typ: TypeSettleError}
-	v.check("Code", f.Code.Valid(), fmt.Sprintf("error code %d is not defined", uint16(f.Code)))
+	v.checkf("Code", f.Code.Valid(), "error code %d is not defined", uint16(f.Code))
 	v.text("Message", f.Message)
 	return v.result()
 }

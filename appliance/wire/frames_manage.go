@@ -91,11 +91,11 @@ func (f *QueueInfoReply) AppendBody(b []byte) []byte {
 func (f *QueueInfoReply) Validate() error {
 	v := validator{typ: TypeQueueInfoReply}
 	v.text("Queue", f.Queue)
-	v.check("Durability", f.Durability == DurabilityDurable || f.Durability == DurabilityBuffered,
-		fmt.Sprintf("value %d (want 1 or 2)", f.Durability))
+	v.checkf("Durability", f.Durability == DurabilityDurable || f.Durability == DurabilityBuffered,
+		"value %d (want 1 or 2)", f.Durability)
 	v.text("Unavailable", f.Unavailable)
-	v.check("Partitions", len(f.Partitions) <= math.MaxUint16,
-		fmt.Sprintf("%d partitions exceeds the limit of %d", len(f.Partitions), math.MaxUint16))
+	v.checkf("Partitions", len(f.Partitions) <= math.MaxUint16,
+		"%d partitions exceeds the limit of %d", len(f.Partitions), math.MaxUint16)
 	return v.result()
 }
 

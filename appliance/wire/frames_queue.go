@@ -1,7 +1,5 @@
 package wire
 
-import "fmt"
-
 // Declare creates a queue or checks and updates its declaration. Zero
 // fields mean "unspecified": the server default for a new queue, the stored
 // value for an existing one.
@@ -49,9 +47,9 @@ func (f *Declare) appendBodyVersion(b []byte, v uint16) []byte {
 func (f *Declare) Validate() error {
 	v := validator{typ: TypeDeclare}
 	v.text("Queue", f.Queue)
-	v.check("Durability", f.Durability <= DurabilityBuffered, fmt.Sprintf("value %d (want 0 to 2)", f.Durability))
+	v.checkf("Durability", f.Durability <= DurabilityBuffered, "value %d (want 0 to 2)", f.Durability)
 	v.text("DeadLetter", f.DeadLetter)
-	v.check("Overflow", f.Overflow <= OverflowDropOldest, fmt.Sprintf("value %d (want 0 to 2)", f.Overflow))
+	v.checkf("Overflow", f.Overflow <= OverflowDropOldest, "value %d (want 0 to 2)", f.Overflow)
 	return v.result()
 }
 
@@ -100,8 +98,8 @@ func (f *Declared) AppendBody(b []byte) []byte {
 func (f *Declared) Validate() error {
 	v := validator{typ: TypeDeclared}
 	v.text("Queue", f.Queue)
-	v.check("Durability", f.Durability == DurabilityDurable || f.Durability == DurabilityBuffered,
-		fmt.Sprintf("value %d (want 1 or 2)", f.Durability))
+	v.checkf("Durability", f.Durability == DurabilityDurable || f.Durability == DurabilityBuffered,
+		"value %d (want 1 or 2)", f.Durability)
 	v.text("Warning", f.Warning)
 	return v.result()
 }
@@ -193,7 +191,7 @@ func (f *Confirm) appendBodyVersion(b []byte, v uint16) []byte {
 
 func (f *Confirm) Validate() error {
 	v := validator{typ: TypeConfirm}
-	v.check("Durability", f.Durability <= DurabilityBuffered, fmt.Sprintf("value %d (want 0 to 2)", f.Durability))
+	v.checkf("Durability", f.Durability <= DurabilityBuffered, "value %d (want 0 to 2)", f.Durability)
 	return v.result()
 }
 
@@ -233,8 +231,8 @@ func (f *SetMode) AppendBody(b []byte) []byte {
 func (f *SetMode) Validate() error {
 	v := validator{typ: TypeSetMode}
 	v.text("Queue", f.Queue)
-	v.check("Durability", f.Durability == DurabilityDurable || f.Durability == DurabilityBuffered,
-		fmt.Sprintf("value %d (want 1 or 2)", f.Durability))
+	v.checkf("Durability", f.Durability == DurabilityDurable || f.Durability == DurabilityBuffered,
+		"value %d (want 1 or 2)", f.Durability)
 	return v.result()
 }
 

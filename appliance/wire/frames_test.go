@@ -103,24 +103,26 @@ func TestPublishBytes(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	cases := []struct {
-		name  string
-		frame Frame
-		field string
+		name   string
+		frame  Frame
+		field  string
+		reason string // a part of the reason, if the case checks it
 	}{
-		{"long queue", &Publish{Queue: longString}, "Queue"},
-		{"queue not UTF-8", &Declare{Queue: "a\xffb"}, "Queue"},
-		{"dead letter not UTF-8", &Declare{Queue: "a", DeadLetter: "\xc0"}, "DeadLetter"},
-		{"header key not UTF-8", &Publish{Queue: "q", Headers: []Header{{"\xff", "v"}}}, "Headers.Key"},
-		{"long header value", &Deliver{Headers: []Header{{"k", longString}}}, "Headers.Value"},
-		{"too many headers", &Publish{Queue: "q", Headers: make([]Header, MaxHeaders+1)}, "Headers"},
-		{"long token", &Hello{Token: longString}, "Token"},
-		{"long message id", &Deliver{MessageID: longString}, "MessageID"},
-		{"durability", &Declare{Durability: 3}, "Durability"},
-		{"overflow", &Declare{Overflow: 3}, "Overflow"},
-		{"declared unspecified", &Declared{}, "Durability"},
-		{"error code 0", &Error{}, "Code"},
-		{"error code unknown", &SettleError{Code: 999}, "Code"},
-		{"reason not UTF-8", &Goodbye{Reason: "\xff"}, "Reason"},
+		{"long queue", &Publish{Queue: longString}, "Queue", ""},
+		{"queue not UTF-8", &Declare{Queue: "a\xffb"}, "Queue", ""},
+		{"dead letter not UTF-8", &Declare{Queue: "a", DeadLetter: "\xc0"}, "DeadLetter", ""},
+		{"header key not UTF-8", &Publish{Queue: "q", Headers: []Header{{"\xff", "v"}}}, "Headers.Key", ""},
+		{"long header value", &Deliver{Headers: []Header{{"k", longString}}}, "Headers.Value", ""},
+		{"too many headers", &Publish{Queue: "q", Headers: make([]Header, MaxHeaders+1)}, "Headers", ""},
+		{"long token", &Hello{Token: longString}, "Token", ""},
+		{"long message id", &Deliver{MessageID: longString}, "MessageID", ""},
+		{"durability", &Declare{Durability: 3}, "Durability", "value 3 (want 0 to 2)"},
+		{"confirm durability", &Confirm{Durability: 7}, "Durability", "value 7 (want 0 to 2)"},
+		{"overflow", &Declare{Overflow: 3}, "Overflow", ""},
+		{"declared unspecified", &Declared{}, "Durability", ""},
+		{"error code 0", &Error{}, "Code", ""},
+		{"error code unknown", &SettleError{Code: 999}, "Code", "error code 999 is not defined"},
+		{"reason not UTF-8", &Goodbye{Reason: "\xff"}, "Reason", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -131,6 +133,9 @@ func TestValidate(t *testing.T) {
 			}
 			if fe.Field != c.field || fe.Type != c.frame.Type() {
 				t.Fatalf("error names %s.%s, want %s.%s", fe.Type, fe.Field, c.frame.Type(), c.field)
+			}
+			if !strings.Contains(fe.Reason, c.reason) {
+				t.Fatalf("reason %q, want it to say %q", fe.Reason, c.reason)
 			}
 			if _, err := AppendFrame(nil, c.frame); !errors.Is(err, ErrMalformed) {
 				t.Fatalf("AppendFrame = %v", err)
@@ -504,6 +509,20 @@ func TestQueueManagementVersions(t *testing.T) {
 		v5, err5 := appendFrame(nil, f, MaxFrameLimit, 5)
 		if err4 != nil || err5 != nil || !bytes.Equal(v4, v5) {
 			t.Errorf("%s: version 4 % x (%v), version 5 % x (%v)", f.Type(), v4, err4, v5, err5)
+		}
+	}
+}
+
+// Validate runs on every frame written (a Confirm for every publish), so a
+// valid frame must cost no allocation: the reasons are formatted only for
+// the frames that fail.
+func TestValidateAllocatesNothingForValidFrames(t *testing.T) {
+	for _, f := range sampleFrames() {
+		if f.Validate() != nil {
+			continue
+		}
+		if n := testing.AllocsPerRun(100, func() { _ = f.Validate() }); n != 0 {
+			t.Errorf("%s: Validate allocates %.0f times for a valid frame", f.Type(), n)
 		}
 	}
 }

@@ -53,9 +53,11 @@ func (v *validator) tags(field string, tags []uint64) {
 	}
 }
 
-func (v *validator) check(field string, ok bool, reason string) {
+// checkf fails field unless ok, with the reason formatted only then:
+// Validate runs on every frame written, so its success path formats nothing.
+func (v *validator) checkf(field string, ok bool, format string, args ...any) {
 	if !ok {
-		v.fail(field, reason)
+		v.fail(field, fmt.Sprintf(format, args...))
 	}
 }
 
