@@ -12,11 +12,10 @@ import (
 // (nothing pending, nothing being appended) appends its publish at once,
 // on its own goroutine, and publishes arriving meanwhile form the next
 // batch, which it appends next (leader-based group commit): no timer is on
-// the path of a publish that finds the partition idle. In window mode the
-// next batch goes as soon as the one before is appended. In gap mode, used
-// by buffered queues by default, a batch that gathered behind another
-// goes once no publish arrived for the gap, so a burst goes out in fewer,
-// larger appends.
+// the path of a publish that finds the partition idle. In window mode, the
+// default, the next batch goes as soon as the one before is appended. In
+// gap mode, which buffered queues may be set to, a batch that gathered
+// behind another goes once no publish arrived for the gap.
 
 // Limits of publish batching. One append carries at most maxPublishBatch
 // publishes and maxBatchBytes of them (or a segment's fourth, if less), so

@@ -15,8 +15,8 @@ type Settings struct {
 	// stays unsynced). Default 100.
 	BackgroundSyncIntervalMs int `json:"storage.background_sync_interval_ms"`
 	// BufferedCoalesce is how buffered queues end a publish batch that
-	// gathered while the one before was appended: "gap" (after a quiet
-	// gap, the default) or "window" (at once). A publish that finds its
+	// gathered while the one before was appended: "window" (at once, the
+	// default) or "gap" (after a quiet gap). A publish that finds its
 	// partition idle goes at once in both. Durable queues always use the
 	// window.
 	BufferedCoalesce string `json:"publish.buffered_coalesce"`
@@ -26,7 +26,7 @@ type Settings struct {
 
 // DefaultSettings are the settings of a new broker.
 func DefaultSettings() Settings {
-	return Settings{BackgroundSyncIntervalMs: 100, BufferedCoalesce: "gap", BufferedGapUs: 100}
+	return Settings{BackgroundSyncIntervalMs: 100, BufferedCoalesce: "window", BufferedGapUs: 100}
 }
 
 // Validate reports every value out of range.

@@ -18,19 +18,19 @@ func TestSettingsGetPut(t *testing.T) {
 	f := newFixture(t, Options{})
 	var s map[string]any
 	f.do("GET", "/api/settings", nil).want(t, http.StatusOK, &s)
-	if s["storage.background_sync_interval_ms"] != float64(100) || s["publish.buffered_coalesce"] != "gap" {
+	if s["storage.background_sync_interval_ms"] != float64(100) || s["publish.buffered_coalesce"] != "window" {
 		t.Fatalf("defaults %v", s)
 	}
 	var got appliance.Settings
 	f.do("PUT", "/api/settings", map[string]any{"storage.background_sync_interval_ms": 50}).want(t, http.StatusOK, &got)
-	if got.BackgroundSyncIntervalMs != 50 || got.BufferedCoalesce != "gap" || f.b.Settings().BackgroundSyncIntervalMs != 50 {
+	if got.BackgroundSyncIntervalMs != 50 || got.BufferedCoalesce != "window" || f.b.Settings().BackgroundSyncIntervalMs != 50 {
 		t.Fatalf("after put: %+v, broker %+v", got, f.b.Settings())
 	}
 	f.do("PUT", "/api/settings", map[string]any{"storage.background_sync_interval_ms": -1}).wantError(t, http.StatusBadRequest, "invalid")
 	f.do("PUT", "/api/settings", map[string]any{"publish.buffered_coalesce": "never"}).wantError(t, http.StatusBadRequest, "invalid")
 	f.do("PUT", "/api/settings", map[string]any{"storage.sync": 1}).wantError(t, http.StatusBadRequest, "invalid")
 	f.do("PUT", "/api/settings", map[string]any{"publish.buffered_gap_us": "ten"}).wantError(t, http.StatusBadRequest, "invalid")
-	if s := f.b.Settings(); s.BackgroundSyncIntervalMs != 50 || s.BufferedCoalesce != "gap" {
+	if s := f.b.Settings(); s.BackgroundSyncIntervalMs != 50 || s.BufferedCoalesce != "window" {
 		t.Fatalf("a refused put changed the settings: %+v", s)
 	}
 	if r := f.do("POST", "/api/settings", map[string]any{}); r.status != http.StatusMethodNotAllowed {

@@ -11,12 +11,12 @@ const known = {
   },
   'publish.buffered_coalesce': {
     label: 'Buffered publish batching',
-    help: '"gap" ends a batch of a buffered queue after a quiet gap; "window" appends what is pending at once. Durable queues always use the window.',
-    choices: ['gap', 'window'],
+    help: '"window" (the default) appends what is pending at once; "gap" ends a batch of a buffered queue after a quiet gap. Durable queues always use the window.',
+    choices: ['window', 'gap'],
   },
   'publish.buffered_gap_us': {
     label: 'Buffered quiet gap (µs)',
-    help: 'The quiet gap that ends a buffered publish batch. 1–100000, default 100.',
+    help: 'The quiet gap that ends a buffered publish batch in gap mode. 1–100000, default 100.',
   },
 };
 
