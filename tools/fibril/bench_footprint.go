@@ -118,11 +118,20 @@ func pause(ctx context.Context, d time.Duration) error {
 // measureStartup fills a fresh broker of the given system with
 // --startup-bytes of messages (fibrild: one active segment, twice that
 // size), stops it cleanly and times a start until it accepts clients.
+// Its data directory starts empty and is removed afterwards: in a --dir
+// used again, what an earlier run stored would be started over too.
 func measureStartup(ctx context.Context, o *benchOptions, sys *benchSystems, system, base string) (float64, error) {
 	n := int(int64(o.startupBytes) / int64(o.payload))
+	dir := filepath.Join(base, "startup-nats")
+	if system == "fibril" {
+		dir = filepath.Join(base, "startup-fibrild")
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
 	switch system {
 	case "fibril":
-		dir := filepath.Join(base, "startup-fibrild")
 		seg := benchutil.ByteSize(max(2*int64(o.startupBytes), 16<<20))
 		segFlag := []string{"--storage.segment_size", seg.String()}
 		p, err := startBenchFibrild(ctx, sys.fibrildBin, dir, segFlag...)
@@ -146,7 +155,6 @@ func measureStartup(ctx context.Context, o *benchOptions, sys *benchSystems, sys
 		secs := time.Since(start).Seconds()
 		return secs, p.Stop(time.Minute)
 	default:
-		dir := filepath.Join(base, "startup-nats")
 		n1, err := startNATSChild(ctx, dir, "default")
 		if err != nil {
 			return 0, err

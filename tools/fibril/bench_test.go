@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -40,6 +42,11 @@ func TestBenchQuick(t *testing.T) {
 			checkRun(t, l)
 		default:
 			t.Errorf("line of kind %v", l["kind"])
+		}
+	}
+	for _, left := range []string{"startup-fibrild", "startup-nats"} {
+		if _, err := os.Stat(filepath.Join(dir, "data", left)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the start-up measurement left %s in --dir (%v): a later run would start over it too", left, err)
 		}
 	}
 	if footprints != 3 {
