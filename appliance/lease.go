@@ -237,7 +237,7 @@ func (c *dispatchCore[C]) drop(l *lease[C]) {
 }
 
 func (c *dispatchCore[C]) settling(offset uint64) {
-	if m := c.st.msgs[offset]; m != nil {
+	if m := c.st.msgs.get(offset); m != nil {
 		m.status = msgSettling
 	}
 }

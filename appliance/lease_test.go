@@ -198,7 +198,7 @@ func TestExpireAtExactInstants(t *testing.T) {
 				if _, held := c.leases[l.tag]; held {
 					t.Errorf("expired lease %d still held", l.tag)
 				}
-				if m := c.st.msgs[l.offset]; m == nil || m.status != msgSettling {
+				if m := c.st.msgs.get(l.offset); m == nil || m.status != msgSettling {
 					t.Errorf("offset %d after expiry: %+v, want settling", l.offset, m)
 				}
 			}
@@ -284,7 +284,7 @@ func TestSettleLeases(t *testing.T) {
 			t.Errorf("%s: stale %v, want %v", tc.name, stale, tc.stale)
 		}
 		for _, off := range tc.ended {
-			if m := c.st.msgs[off]; m.status != msgSettling {
+			if m := c.st.msgs.get(off); m.status != msgSettling {
 				t.Errorf("%s: offset %d is %d, want settling", tc.name, off, m.status)
 			}
 		}
@@ -373,7 +373,7 @@ func TestDelayLeases(t *testing.T) {
 	if ended := c.removeSub(a); !slices.Equal(leaseOffsets(ended), []uint64{1}) {
 		t.Fatalf("removing a ended leases on %v, want only [1]", leaseOffsets(ended))
 	}
-	if m := c.st.msgs[0]; m.status != msgLeased {
+	if m := c.st.msgs.get(0); m.status != msgLeased {
 		t.Fatalf("delayed message is %d before its delay, want leased", m.status)
 	}
 	if next, ok := c.nextDeadline(); !ok || !next.Equal(t0.Add(delay)) {
@@ -386,11 +386,11 @@ func TestDelayLeases(t *testing.T) {
 	if len(ended) != 0 || !slices.Equal(leaseOffsets(delayed), []uint64{0}) || !delayed[0].delayed {
 		t.Fatalf("at the delay: expired %v delayed %v", leaseOffsets(ended), leaseOffsets(delayed))
 	}
-	if m := c.st.msgs[0]; m.status != msgSettling {
+	if m := c.st.msgs.get(0); m.status != msgSettling {
 		t.Fatalf("delayed message is %d at its delay, want settling", m.status)
 	}
-	if eff := applyRecord(t, c.st, recRelease, encodeSettle(0), 0); eff != effectReady || c.st.msgs[0].deliveries != 1 {
-		t.Fatalf("requeue applied: effect %d, deliveries %d", eff, c.st.msgs[0].deliveries)
+	if eff := applyRecord(t, c.st, recRelease, encodeSettle(0), 0); eff != effectReady || c.st.msgs.get(0).deliveries != 1 {
+		t.Fatalf("requeue applied: effect %d, deliveries %d", eff, c.st.msgs.get(0).deliveries)
 	}
 }
 

@@ -637,7 +637,7 @@ func (p *partition) mirrorLocked() {
 // rememberLocked marks a published message id stored in the queue's
 // dedupe table; the message keeps no copy of its id.
 func (p *partition) rememberLocked(off uint64) {
-	m := p.core.st.msgs[off]
+	m := p.core.st.msgs.get(off)
 	if m == nil || m.id == "" {
 		return
 	}

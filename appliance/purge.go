@@ -84,7 +84,7 @@ func (p *partition) takeReady() []uint64 {
 func (p *partition) unsettle(offs []uint64) {
 	p.mu.Lock()
 	for _, off := range offs {
-		if m, ok := p.core.st.msgs[off]; ok && m.status == msgSettling {
+		if m := p.core.st.msgs.get(off); m != nil && m.status == msgSettling {
 			p.core.st.makeReady(m)
 		}
 	}

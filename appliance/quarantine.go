@@ -48,14 +48,17 @@ func (b *Broker) quarantineOnRead(q *queue, idx int, log *wal.Log, err error) (w
 // dropRange removes the unsettled messages in [from, to) and returns how
 // many there were.
 func (s *partitionState) dropRange(from, to uint64) int64 {
-	var lost int64
-	for off, m := range s.msgs {
-		if off >= from && off < to {
-			s.remove(m)
-			lost++
+	var gone []*message
+	s.msgs.each(func(m *message) bool {
+		if m.offset >= from && m.offset < to {
+			gone = append(gone, m)
 		}
+		return m.offset < to
+	})
+	for _, m := range gone {
+		s.remove(m)
 	}
-	return lost
+	return int64(len(gone))
 }
 
 // quarantineLive handles corruption met while delivering: the segment is

@@ -131,7 +131,7 @@ func (rp *replayer) apply(r wal.Record) error {
 		target, _ := decodeSettle(r.Payload) // apply decoded it already
 		rp.over = append(rp.over, target)
 	case isPublish(r.Type):
-		if m := rp.st.msgs[r.Offset]; m != nil && m.id != "" {
+		if m := rp.st.msgs.get(r.Offset); m != nil && m.id != "" {
 			if cfg.DedupeWindow > 0 {
 				rp.addDedupe(dedupeRecord{ID: m.id, Offset: r.Offset, At: m.at})
 			}
@@ -208,16 +208,17 @@ func (b *Broker) rebuild(rp *replayer, idx int, log *wal.Log, haveSnap bool, sna
 	}
 	// A message that went past max deliveries and was then dead-lettered
 	// (its marker replayed too) is gone: only the ones left need it.
-	rp.over = slices.DeleteFunc(rp.over, func(off uint64) bool { return st.msgs[off] == nil })
+	rp.over = slices.DeleteFunc(rp.over, func(off uint64) bool { return st.msgs.get(off) == nil })
 	// Messages restored past max deliveries are settling in the snapshot
 	// too: find them.
 	maxDeliveries := rp.q.cfg().MaxDeliveries
-	for off, m := range st.msgs {
+	st.msgs.each(func(m *message) bool {
 		if maxDeliveries > 0 && int(m.deliveries) >= maxDeliveries && m.status == msgReady {
 			m.status = msgSettling
-			rp.over = append(rp.over, off)
+			rp.over = append(rp.over, m.offset)
 		}
-	}
+		return true
+	})
 	return nil
 }
 

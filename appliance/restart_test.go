@@ -35,12 +35,14 @@ func partitionStates(t testing.TB, b *Broker, name string) []map[uint64]msgState
 	out := make([]map[uint64]msgState, len(q.parts))
 	for i, p := range q.parts {
 		p.mu.Lock()
-		out[i] = make(map[uint64]msgState, len(p.core.st.msgs))
-		for off, m := range p.core.st.msgs {
+		out[i] = make(map[uint64]msgState, p.core.st.msgs.len())
+		p.core.st.msgs.each(func(m *message) bool {
+			off := m.offset
 			out[i][off] = msgState{deliveries: m.deliveries, size: m.size, id: m.id, at: m.at.UnixNano()}
-		}
-		if int64(len(p.core.st.msgs)) != p.core.st.count {
-			t.Errorf("partition %d counts %d messages and holds %d", i, p.core.st.count, len(p.core.st.msgs))
+			return true
+		})
+		if int64(p.core.st.msgs.len()) != p.core.st.count {
+			t.Errorf("partition %d counts %d messages and holds %d", i, p.core.st.count, p.core.st.msgs.len())
 		}
 		p.mu.Unlock()
 	}
@@ -249,8 +251,8 @@ func TestRestartDeadLettersOnce(t *testing.T) {
 	if err := b.rebuild(r, 0, q.parts[0].log, haveSnap, snap); err != nil {
 		t.Fatal(err)
 	}
-	if len(r.over) != 0 || len(r.st.msgs) != 0 {
-		t.Fatalf("replay finds %v to dead-letter again, %d messages", r.over, len(r.st.msgs))
+	if len(r.over) != 0 || r.st.msgs.len() != 0 {
+		t.Fatalf("replay finds %v to dead-letter again, %d messages", r.over, r.st.msgs.len())
 	}
 	if q, d := info(t, b, "q").Messages, info(t, b, "dead").Messages; q != 0 || d != n {
 		t.Fatalf("after replay: %d messages in q, %d dead letters, want 0 and %d", q, d, n)

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"sort"
 	"time"
 )
 
@@ -26,13 +25,13 @@ var snapshotCRC = crc32.MakeTable(crc32.Castagnoli)
 // capture copies the state; every unsettled message is stored as ready,
 // since leases do not survive a restart.
 func (s *partitionState) capture() snapshot {
-	snap := snapshot{Boundary: s.appliedNext, Messages: make([]message, 0, len(s.msgs))}
-	for _, m := range s.msgs {
+	snap := snapshot{Boundary: s.appliedNext, Messages: make([]message, 0, s.msgs.len())}
+	s.msgs.each(func(m *message) bool { // in offset order
 		c := *m
 		c.status = msgReady
 		snap.Messages = append(snap.Messages, c)
-	}
-	sort.Slice(snap.Messages, func(i, j int) bool { return snap.Messages[i].offset < snap.Messages[j].offset })
+		return true
+	})
 	return snap
 }
 
@@ -44,7 +43,6 @@ const restoreBlock = 256
 // restore builds the state a snapshot describes.
 func (snap snapshot) restore() *partitionState {
 	s := newPartitionState(snap.Boundary)
-	s.msgs = make(map[uint64]*message, len(snap.Messages))
 	s.ready = make(offsetHeap, 0, len(snap.Messages))
 	var block []message
 	for i := range snap.Messages {
@@ -56,7 +54,7 @@ func (snap snapshot) restore() *partitionState {
 		*m = snap.Messages[i]
 		m.id = "" // the dedupe table is restored from Dedupe; messages keep no id (see message.id)
 		m.status = msgReady
-		s.msgs[m.offset] = m
+		s.msgs.put(m)
 		s.count++
 		s.bytes += m.size
 		s.ready = append(s.ready, m.offset)

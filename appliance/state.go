@@ -14,7 +14,7 @@ import (
 // in memory only), so a snapshot plus a replay rebuilds it exactly. It does
 // no I/O and reads no clock.
 type partitionState struct {
-	msgs        map[uint64]*message
+	msgs        msgIndex
 	ready       offsetHeap // may hold stale offsets: checked on pop
 	count       int64      // unsettled messages
 	bytes       int64      // what they store: storedSize of each
@@ -57,7 +57,7 @@ func storedSize(id, key string, headers []Header, body []byte) int64 {
 }
 
 func newPartitionState(next uint64) *partitionState {
-	return &partitionState{msgs: make(map[uint64]*message), appliedNext: next}
+	return &partitionState{appliedNext: next}
 }
 
 // applyEffect tells the shell what an applied record changed.
@@ -101,8 +101,8 @@ func (s *partitionState) settleRecord(r wal.Record, maxDeliveries int) (applyEff
 	if err != nil {
 		return effectNone, fmt.Errorf("offset %d: %w", r.Offset, err)
 	}
-	m, ok := s.msgs[target]
-	if !ok {
+	m := s.msgs.get(target)
+	if m == nil {
 		return effectUnknownRef, nil
 	}
 	switch r.Type {
@@ -122,14 +122,14 @@ func (s *partitionState) settleRecord(r wal.Record, maxDeliveries int) (applyEff
 }
 
 func (s *partitionState) add(m *message) {
-	s.msgs[m.offset] = m
+	s.msgs.put(m)
 	s.count++
 	s.bytes += m.size
 	s.makeReady(m)
 }
 
 func (s *partitionState) remove(m *message) {
-	delete(s.msgs, m.offset)
+	s.msgs.delete(m.offset)
 	s.count--
 	s.bytes -= m.size
 }
@@ -143,7 +143,7 @@ func (s *partitionState) makeReady(m *message) {
 func (s *partitionState) nextReady() *message {
 	for s.ready.Len() > 0 {
 		off := heap.Pop(&s.ready).(uint64)
-		if m, ok := s.msgs[off]; ok && m.status == msgReady {
+		if m := s.msgs.get(off); m != nil && m.status == msgReady {
 			m.status = msgLeased
 			return m
 		}
@@ -154,7 +154,7 @@ func (s *partitionState) nextReady() *message {
 // oldestReady returns the lowest ready message without leasing it.
 func (s *partitionState) oldestReady() *message {
 	for s.ready.Len() > 0 {
-		if m, ok := s.msgs[s.ready[0]]; ok && m.status == msgReady {
+		if m := s.msgs.get(s.ready[0]); m != nil && m.status == msgReady {
 			return m
 		}
 		heap.Pop(&s.ready)
@@ -165,29 +165,29 @@ func (s *partitionState) oldestReady() *message {
 // unlease puts a leased message back to ready without counting a delivery
 // (its subscription went away before anything was decided).
 func (s *partitionState) unlease(offset uint64) {
-	if m, ok := s.msgs[offset]; ok && m.status != msgReady {
+	if m := s.msgs.get(offset); m != nil && m.status != msgReady {
 		s.makeReady(m)
 	}
 }
 
 // lowestUnsettled is the lowest offset retention must keep.
 func (s *partitionState) lowestUnsettled() uint64 {
-	low := s.appliedNext
-	for off := range s.msgs {
-		low = min(low, off)
+	if m := s.msgs.first(); m != nil {
+		return min(m.offset, s.appliedNext)
 	}
-	return low
+	return s.appliedNext
 }
 
 // readyCount counts ready messages (for queue info).
 func (s *partitionState) readyCount() (ready, inFlight int64) {
-	for _, m := range s.msgs {
+	s.msgs.each(func(m *message) bool {
 		if m.status == msgReady {
 			ready++
 		} else {
 			inFlight++
 		}
-	}
+		return true
+	})
 	return ready, inFlight
 }
 
