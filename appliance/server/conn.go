@@ -102,7 +102,9 @@ func (c *conn) serve() {
 		if !c.waitRoom() {
 			return
 		}
-		c.rc.arm(c.r.Buffered() > 0, c.idleDeadline())
+		if !c.r.FrameBuffered() { // else the read touches no connection: no deadline to move
+			c.rc.arm(c.r.Buffered() > 0, c.idleDeadline())
+		}
 		f, err := c.r.ReadFrame()
 		if err != nil {
 			c.readFailed(err, false)

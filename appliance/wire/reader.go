@@ -72,6 +72,17 @@ func (r *Reader) SetMaxFrame(n int) { r.maxFrame = clampFrameLimit(n) }
 // flush its replies once it drops to zero.
 func (r *Reader) Buffered() int { return r.br.Buffered() }
 
+// FrameBuffered reports whether a whole frame is buffered, so that
+// ReadFrame reads nothing from the connection.
+func (r *Reader) FrameBuffered() bool {
+	n := r.br.Buffered()
+	if n < lengthSize {
+		return false
+	}
+	hdr, _ := r.br.Peek(lengthSize) // buffered: no read
+	return uint64(n) >= lengthSize+uint64(binary.BigEndian.Uint32(hdr))
+}
+
 // ReadFrame reads the next frame. It returns io.EOF, unwrapped, when the
 // connection ends cleanly between frames; a wrapped io.ErrUnexpectedEOF
 // when it ends inside one; an error matching ErrProtocol when the frame

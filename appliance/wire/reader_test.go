@@ -174,3 +174,32 @@ func TestReaderSetBufferSize(t *testing.T) {
 		t.Fatalf("read %d frames, sent %d, or they differ", len(got), len(sent))
 	}
 }
+
+// FrameBuffered says whether the next frame is whole in the buffer: not
+// with nothing buffered, nor with a part of a frame (a part of its length,
+// or of its body), and yes once all of it has arrived.
+func TestReaderFrameBuffered(t *testing.T) {
+	hb := mustEncode(t, &Heartbeat{})
+	frame := mustEncode(t, &Credit{SubID: 1, Credit: 2})
+	if r := NewReader(bytes.NewReader(frame), Options{}); r.FrameBuffered() {
+		t.Fatal("FrameBuffered with nothing read")
+	}
+	for _, c := range []struct {
+		name string
+		tail []byte
+		want bool
+	}{
+		{"a part of its length", frame[:2], false},
+		{"its length and a part of its body", frame[:len(frame)-1], false},
+		{"all of it", frame, true},
+	} {
+		// Reading the Heartbeat in front buffers what follows it.
+		r := NewReader(bytes.NewReader(append(append([]byte(nil), hb...), c.tail...)), Options{})
+		if _, err := r.ReadFrame(); err != nil {
+			t.Fatal(err)
+		}
+		if r.Buffered() != len(c.tail) || r.FrameBuffered() != c.want {
+			t.Fatalf("%s: %d bytes buffered, FrameBuffered %v, want %v", c.name, r.Buffered(), r.FrameBuffered(), c.want)
+		}
+	}
+}
