@@ -35,8 +35,9 @@ type publishBatch struct {
 	mu          sync.Mutex
 	room        *sync.Cond // signalled when pending shrinks or closes
 	pending     []pubReq
-	pendingSize int64 // the pending records' bytes
-	lastArrival time.Time
+	pendingSize int64     // the pending records' bytes
+	lastArrival time.Time // in gap mode
+	lastLen     int       // publishes in the last batch taken: the next pending array's capacity
 	flushTimer  *gapTimer // armed in gap mode while publishes wait
 	flushing    bool      // a flusher is appending pending batches
 	closed      bool      // the partition is closing: refuse publishes
@@ -65,13 +66,18 @@ func (p *partition) publish(typ byte, rec []byte, room reservation, done func(wa
 		done(wal.AppendResult{}, p.boundary(), ErrClosed)
 		return
 	}
+	if p.batch.pending == nil { // the last batch took the array: start one its size
+		p.batch.pending = make([]pubReq, 0, p.batch.lastLen)
+	}
 	p.batch.pending = append(p.batch.pending, pubReq{typ: typ, rec: rec, room: room, done: done})
 	p.batch.pendingSize += int64(len(rec))
 	// A publish that finds the partition idle goes at once, so a lone
 	// publisher waits for no gap at all; a burst's later publishes
 	// gather behind it.
 	alone := len(p.batch.pending) == 1 && !p.batch.flushing && p.batch.flushTimer == nil
-	p.batch.lastArrival = time.Now()
+	if gap > 0 {
+		p.batch.lastArrival = time.Now()
+	}
 	full := len(p.batch.pending) >= maxPublishBatch || p.batch.pendingSize >= p.batchBytes()
 	switch {
 	case gap <= 0 || full || alone:
@@ -143,6 +149,7 @@ func (p *partition) takeBatchLocked() []pubReq {
 	if len(p.batch.pending) == 0 {
 		p.batch.pending = nil
 	}
+	p.batch.lastLen = n
 	p.batch.pendingSize -= size
 	p.batch.room.Broadcast()
 	return batch
