@@ -149,7 +149,9 @@ func (p *partition) takeBatchLocked() []pubReq {
 	if len(p.batch.pending) == 0 {
 		p.batch.pending = nil
 	}
-	p.batch.lastLen = n
+	if n > 0 {
+		p.batch.lastLen = n
+	}
 	p.batch.pendingSize -= size
 	p.batch.room.Broadcast()
 	return batch

@@ -111,3 +111,30 @@ func TestRestoredIndexSettles(t *testing.T) {
 		t.Fatalf("capture holds %d messages from %d", len(again.Messages), again.Messages[0].offset)
 	}
 }
+
+// dropRange removes exactly the messages in [from, to), with from inside
+// a page and to past the window, and a capture after a put below the
+// window is still in offset order.
+func TestIndexRangesAndOrder(t *testing.T) {
+	s := newPartitionState(0)
+	for off := uint64(300); off < 1300; off += 7 {
+		s.add(&message{offset: off, size: 1})
+	}
+	s.add(&message{offset: 5, size: 1}) // below the window: it grows down
+	before := s.msgs.len()
+	var inRange int64
+	s.msgs.each(func(m *message) bool {
+		if m.offset >= 600 {
+			inRange++
+		}
+		return true
+	})
+	if lost := s.dropRange(600, 5000); lost != inRange || int64(s.msgs.len()) != int64(before)-inRange {
+		t.Fatalf("dropRange removed %d, want %d; %d left of %d", lost, inRange, s.msgs.len(), before)
+	}
+	snap := s.capture()
+	if !slices.IsSortedFunc(snap.Messages, func(a, b message) int { return int(a.offset) - int(b.offset) }) ||
+		snap.Messages[0].offset != 5 || snap.Messages[len(snap.Messages)-1].offset >= 600 {
+		t.Fatalf("capture not in order or not the rest: first %d, last %d", snap.Messages[0].offset, snap.Messages[len(snap.Messages)-1].offset)
+	}
+}
