@@ -104,19 +104,6 @@ func (x *msgIndex) delete(off uint64) {
 	}
 }
 
-// first returns the message with the lowest offset, or nil.
-func (x *msgIndex) first() *message {
-	if len(x.pages) == 0 {
-		return nil
-	}
-	for _, m := range &x.pages[0].m { // &: no copy of the page
-		if m != nil {
-			return m
-		}
-	}
-	return nil // not reached: a page held is never empty
-}
-
 // each calls fn for every message held, in offset order, until fn
 // returns false. fn must not put or delete.
 func (x *msgIndex) each(fn func(m *message) bool) {

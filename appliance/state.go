@@ -170,14 +170,6 @@ func (s *partitionState) unlease(offset uint64) {
 	}
 }
 
-// lowestUnsettled is the lowest offset retention must keep.
-func (s *partitionState) lowestUnsettled() uint64 {
-	if m := s.msgs.first(); m != nil {
-		return min(m.offset, s.appliedNext)
-	}
-	return s.appliedNext
-}
-
 // readyCount counts ready messages (for queue info).
 func (s *partitionState) readyCount() (ready, inFlight int64) {
 	s.msgs.each(func(m *message) bool {
