@@ -189,7 +189,13 @@ func TestForwardsThroughCutsExactlyOnceInOrder(t *testing.T) {
 		publishN(t, ctx, s.edgeAddr, "sensors", 0, n)
 	}()
 	for _, at := range []int64{300, 1200, 2100} {
-		await.Until(t, ctx, fmt.Sprintf("%d messages upstream", at), func() bool { return messages(t, s.hq, "sensors") >= at })
+		// Cut with publishes in flight, so that the cut is one the
+		// uplink must resend through (one that found it idle between
+		// windows would test nothing).
+		await.Until(t, ctx, fmt.Sprintf("%d messages upstream, and more in flight", at), func() bool {
+			st := u.Stats()
+			return messages(t, s.hq, "sensors") >= at && len(st.Queues) > 0 && st.Queues[0].InFlight > 0
+		})
 		s.link.Cut()
 		await.Until(t, ctx, "the uplink to notice the cut", func() bool {
 			st := u.Stats()
