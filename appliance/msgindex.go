@@ -34,15 +34,19 @@ func (x *msgIndex) len() int { return x.n }
 
 // get returns the message at off, or nil.
 func (x *msgIndex) get(off uint64) *message {
+	if pg := x.page(off); pg != nil {
+		return pg.m[off&(msgPageLen-1)]
+	}
+	return nil
+}
+
+// page returns the page that holds off's slot, or nil.
+func (x *msgIndex) page(off uint64) *msgPage {
 	p := off >> msgPageShift
 	if p < x.base || p-x.base >= uint64(len(x.pages)) {
 		return nil
 	}
-	pg := x.pages[p-x.base]
-	if pg == nil {
-		return nil
-	}
-	return pg.m[off&(msgPageLen-1)]
+	return x.pages[p-x.base]
 }
 
 // put holds m at its offset, replacing what was there.
@@ -76,12 +80,7 @@ func (x *msgIndex) put(m *message) {
 
 // delete drops the message at off, if one is held.
 func (x *msgIndex) delete(off uint64) {
-	p := off >> msgPageShift
-	if p < x.base || p-x.base >= uint64(len(x.pages)) {
-		return
-	}
-	i := p - x.base
-	pg := x.pages[i]
+	pg := x.page(off)
 	if pg == nil || pg.m[off&(msgPageLen-1)] == nil {
 		return
 	}
@@ -91,7 +90,7 @@ func (x *msgIndex) delete(off uint64) {
 	if pg.n > 0 {
 		return
 	}
-	x.pages[i] = nil
+	x.pages[off>>msgPageShift-x.base] = nil
 	for len(x.pages) > 0 && x.pages[0] == nil {
 		x.pages = x.pages[1:]
 		x.base++
