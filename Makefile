@@ -58,6 +58,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRecoverSegment$$' -fuzztime $$((20000 * $(FUZZSCALE)))x ./wal
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeIncarnation$$' -fuzztime $$((20000 * $(FUZZSCALE)))x ./wal
 	$(GO) test -run '^$$' -fuzz '^FuzzDamagedSegment$$' -fuzztime $$((20000 * $(FUZZSCALE)))x ./wal
+	$(GO) test -run '^$$' -fuzz '^FuzzScanChunked$$' -fuzztime $$((3000 * $(FUZZSCALE)))x ./wal
 	$(GO) test -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $$((80000 * $(FUZZSCALE)))x ./appliance/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $$((80000 * $(FUZZSCALE)))x ./federation/replication
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeLog$$' -fuzztime $$((80000 * $(FUZZSCALE)))x ./federation/raftstore

@@ -89,22 +89,37 @@ type scanner struct {
 	base, limit     uint64
 	maxLen, spacing int
 	visit           func(Record)
-	buf             []byte
+	buf             []byte // the chunk being decoded
+	spare           []byte // the next chunk's, read ahead while buf is decoded
+	ahead           chan aheadRead
 	lastIndex       int64
 	res             scanResult
+}
+
+// aheadRead is the result of a read of the next chunk into spare, made on
+// a goroutine of its own while the scanner decodes buf. Reads never
+// overlap: the scanner waits for the one ahead before any other read of r.
+type aheadRead struct {
+	off int64
+	n   int
+	err error
 }
 
 // records decodes records from res.pos until one does not decode (its
 // status and reason) or the limit is reached (decodeOK).
 func (s *scanner) records() (decodeStatus, string, error) {
+	defer s.settle()
 	res := &s.res
+	whole := false // read a whole buffer at res.pos, not what was read ahead
 	for res.end < s.limit {
-		n, err := s.r.ReadAt(s.buf, res.pos)
-		if err != nil && !errors.Is(err, io.EOF) {
+		chunk, atEOF, err := s.read(res.pos, whole)
+		if err != nil {
 			return 0, "", fmt.Errorf("wal: read segment %d at %d: %w", s.base, res.pos, err)
 		}
-		atEOF := n < len(s.buf)
-		chunk := s.buf[:n]
+		whole = false
+		if !atEOF {
+			s.readAhead(res.pos, chunk)
+		}
 		i := 0
 		for res.end < s.limit {
 			rec, used, status, reason := decodeRecord(chunk[i:], res.end, s.maxLen)
@@ -130,6 +145,10 @@ func (s *scanner) records() (decodeStatus, string, error) {
 			return status, reason, nil
 		}
 		res.pos += int64(i)
+		if i == 0 && !atEOF && len(chunk) < len(s.buf) {
+			whole = true // the chunk read ahead cut the record: read it whole
+			continue
+		}
 		if i == 0 && !atEOF {
 			// One record larger than the buffer: grow it to hold the record.
 			need := recordHeaderSize + s.maxLen
@@ -140,4 +159,60 @@ func (s *scanner) records() (decodeStatus, string, error) {
 		}
 	}
 	return decodeOK, "", nil
+}
+
+// read returns the segment's bytes from pos, and whether they reach the
+// end of the file: the chunk read ahead when it holds pos, else a chunk
+// read now into buf (always when whole).
+func (s *scanner) read(pos int64, whole bool) ([]byte, bool, error) {
+	if s.ahead != nil {
+		a := <-s.ahead
+		s.ahead = nil
+		if !whole && pos >= a.off && pos < a.off+int64(a.n) {
+			if a.err != nil && !errors.Is(a.err, io.EOF) {
+				return nil, false, a.err
+			}
+			s.buf, s.spare = s.spare, s.buf
+			return s.buf[pos-a.off : a.n], a.n < len(s.buf), nil
+		}
+	}
+	n, err := s.r.ReadAt(s.buf, pos)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, false, err
+	}
+	return s.buf[:n], n < len(s.buf), nil
+}
+
+// readAhead starts reading the chunk after the one at pos on a goroutine
+// of its own, into spare. It starts a sixteenth of a buffer before the
+// current chunk's end, so that a record the current chunk cuts is whole in
+// the next one unless it is longer than that. A chunk that ends in zeros
+// most likely holds the end of the records (an active segment's
+// preallocated space follows them), so nothing is read after it.
+func (s *scanner) readAhead(pos int64, chunk []byte) {
+	if len(chunk) < recordHeaderSize || allZero(chunk[len(chunk)-recordHeaderSize:]) {
+		return
+	}
+	if s.spare == nil {
+		s.spare = make([]byte, len(s.buf))
+	}
+	off := pos + int64(len(chunk)) - int64(len(s.buf)/16)
+	if off <= pos {
+		return
+	}
+	r, buf, done := s.r, s.spare, make(chan aheadRead, 1)
+	s.ahead = done
+	go func() {
+		n, err := r.ReadAt(buf, off)
+		done <- aheadRead{off: off, n: n, err: err}
+	}()
+}
+
+// settle waits for a read ahead that the scan will not use, so that no
+// read of the segment outlives the scan.
+func (s *scanner) settle() {
+	if s.ahead != nil {
+		<-s.ahead
+		s.ahead = nil
+	}
 }
