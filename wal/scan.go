@@ -43,8 +43,10 @@ type scanResult struct {
 // visit, if not nil, sees every valid record in order; its payload is valid
 // only during the call.
 func scanSegment(r io.ReaderAt, base, limit uint64, mode scanMode, maxLen, spacing int, chunk int64, visit func(Record)) (scanResult, error) {
+	size := max(min(chunk, scanChunk), 64<<10)
 	s := &scanner{r: r, base: base, limit: limit, maxLen: maxLen, spacing: spacing, visit: visit,
-		buf: make([]byte, max(min(chunk, scanChunk), 64<<10)), lastIndex: -1 << 62}
+		size: int(size), room: int(size / 8), lastIndex: -1 << 62}
+	s.buf = make([]byte, s.room+s.size)
 	s.res = scanResult{end: base, pos: segmentHeaderSize}
 	for {
 		status, reason, err := s.records()
@@ -84,23 +86,35 @@ func scanSegment(r io.ReaderAt, base, limit uint64, mode scanMode, maxLen, spaci
 }
 
 // scanner is one scan's state.
+//
+// While it decodes one chunk it reads the next on a goroutine of its own
+// (readAhead), from the end of the one it decodes. What the chunk holds
+// of a record it cuts is copied in front of the next, into room bytes kept
+// free there, so the next chunk holds the record whole; when that part is
+// longer than the room, the next chunk is read again from the record's
+// start instead, as every chunk is once reads ahead have missed twice, or
+// once a record longer than a chunk made the scan grow its buffer. Reads never overlap: the scanner waits for the one ahead before
+// any other read of r.
 type scanner struct {
 	r               io.ReaderAt
 	base, limit     uint64
 	maxLen, spacing int
 	visit           func(Record)
-	buf             []byte // the chunk being decoded
-	spare           []byte // the next chunk's, read ahead while buf is decoded
+	size, room      int    // a chunk's read size; the bytes kept free before it
+	buf             []byte // room+size: the chunk decoded, read into buf[room:]
+	bufPos          int64  // the segment position of buf[room]
+	bufN            int    // the bytes read into buf[room:]
+	spare           []byte // room+size: the next chunk, read ahead
 	ahead           chan aheadRead
+	misses          int    // reads ahead that did not hold what the scan needed
+	big             []byte // the buffer grown for a record longer than a chunk
 	lastIndex       int64
 	res             scanResult
 }
 
-// aheadRead is the result of a read of the next chunk into spare, made on
-// a goroutine of its own while the scanner decodes buf. Reads never
-// overlap: the scanner waits for the one ahead before any other read of r.
+// aheadRead is the result of a read ahead into spare[room:].
 type aheadRead struct {
-	off int64
+	pos int64
 	n   int
 	err error
 }
@@ -110,15 +124,13 @@ type aheadRead struct {
 func (s *scanner) records() (decodeStatus, string, error) {
 	defer s.settle()
 	res := &s.res
-	whole := false // read a whole buffer at res.pos, not what was read ahead
 	for res.end < s.limit {
-		chunk, atEOF, err := s.read(res.pos, whole)
+		chunk, atEOF, err := s.read(res.pos)
 		if err != nil {
 			return 0, "", fmt.Errorf("wal: read segment %d at %d: %w", s.base, res.pos, err)
 		}
-		whole = false
 		if !atEOF {
-			s.readAhead(res.pos, chunk)
+			s.readAhead()
 		}
 		i := 0
 		for res.end < s.limit {
@@ -145,66 +157,71 @@ func (s *scanner) records() (decodeStatus, string, error) {
 			return status, reason, nil
 		}
 		res.pos += int64(i)
-		if i == 0 && !atEOF && len(chunk) < len(s.buf) {
-			whole = true // the chunk read ahead cut the record: read it whole
-			continue
-		}
 		if i == 0 && !atEOF {
-			// One record larger than the buffer: grow it to hold the record.
+			// One record longer than the chunk: grow a buffer to hold it.
 			need := recordHeaderSize + s.maxLen
-			if len(s.buf) >= need {
+			if len(chunk) >= need {
 				return 0, "", fmt.Errorf("wal: scan of segment %d stuck at %d", s.base, res.pos)
 			}
-			s.buf = make([]byte, need)
+			s.big = make([]byte, need)
 		}
 	}
 	return decodeOK, "", nil
 }
 
 // read returns the segment's bytes from pos, and whether they reach the
-// end of the file: the chunk read ahead when it holds pos, else a chunk
-// read now into buf (always when whole).
-func (s *scanner) read(pos int64, whole bool) ([]byte, bool, error) {
+// end of the file: the chunk read ahead, behind what the current chunk
+// left of the record it cut, when that fits in the room; else a chunk
+// read now.
+func (s *scanner) read(pos int64) ([]byte, bool, error) {
 	if s.ahead != nil {
 		a := <-s.ahead
 		s.ahead = nil
-		if !whole && pos >= a.off && pos < a.off+int64(a.n) {
+		cut := a.pos - pos // what the current chunk cut, copied in front
+		if s.big == nil && cut >= 0 && cut <= int64(s.room) && pos >= s.bufPos {
 			if a.err != nil && !errors.Is(a.err, io.EOF) {
 				return nil, false, a.err
 			}
+			from := s.room + int(pos-s.bufPos)
+			copy(s.spare[s.room-int(cut):s.room], s.buf[from:from+int(cut)])
 			s.buf, s.spare = s.spare, s.buf
-			return s.buf[pos-a.off : a.n], a.n < len(s.buf), nil
+			s.bufPos, s.bufN = a.pos, a.n
+			return s.buf[s.room-int(cut) : s.room+a.n], a.n < s.size, nil
 		}
+		s.misses++
 	}
-	n, err := s.r.ReadAt(s.buf, pos)
+	if s.big != nil {
+		n, err := s.r.ReadAt(s.big, pos)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, false, err
+		}
+		return s.big[:n], n < len(s.big), nil
+	}
+	n, err := s.r.ReadAt(s.buf[s.room:], pos)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, false, err
 	}
-	return s.buf[:n], n < len(s.buf), nil
+	s.bufPos, s.bufN = pos, n
+	return s.buf[s.room : s.room+n], n < s.size, nil
 }
 
-// readAhead starts reading the chunk after the one at pos on a goroutine
-// of its own, into spare. It starts a sixteenth of a buffer before the
-// current chunk's end, so that a record the current chunk cuts is whole in
-// the next one unless it is longer than that. A chunk that ends in zeros
-// most likely holds the end of the records (an active segment's
-// preallocated space follows them), so nothing is read after it.
-func (s *scanner) readAhead(pos int64, chunk []byte) {
-	if len(chunk) < recordHeaderSize || allZero(chunk[len(chunk)-recordHeaderSize:]) {
+// readAhead starts reading the chunk after the current one on a goroutine
+// of its own, into spare. A chunk that ends in zeros most likely holds the
+// end of the records (an active segment's preallocated space follows
+// them), so nothing is read after it.
+func (s *scanner) readAhead() {
+	tail := s.buf[s.room : s.room+s.bufN]
+	if s.big != nil || s.misses >= 2 || len(tail) < recordHeaderSize || allZero(tail[len(tail)-recordHeaderSize:]) {
 		return
 	}
 	if s.spare == nil {
-		s.spare = make([]byte, len(s.buf))
+		s.spare = make([]byte, s.room+s.size)
 	}
-	off := pos + int64(len(chunk)) - int64(len(s.buf)/16)
-	if off <= pos {
-		return
-	}
-	r, buf, done := s.r, s.spare, make(chan aheadRead, 1)
+	r, into, pos, done := s.r, s.spare[s.room:], s.bufPos+int64(s.bufN), make(chan aheadRead, 1)
 	s.ahead = done
 	go func() {
-		n, err := r.ReadAt(buf, off)
-		done <- aheadRead{off: off, n: n, err: err}
+		n, err := r.ReadAt(into, pos)
+		done <- aheadRead{pos: pos, n: n, err: err}
 	}()
 }
 

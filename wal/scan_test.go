@@ -3,8 +3,11 @@ package wal
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"io"
 	"reflect"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,18 +66,65 @@ func crc(b []byte) uint32 {
 	return h
 }
 
-// checkChunkedScan scans body in 64 KiB chunks, read ahead, and in one read
-// of the whole file: both must find and visit exactly the same.
-func checkChunkedScan(t *testing.T, body []byte, limit uint64, mode scanMode) {
+// watchedReader records where each read starts, and fails the test if
+// two reads overlap in time or one is still running when the scan returns.
+type watchedReader struct {
+	t        testing.TB
+	r        io.ReaderAt
+	mu       sync.Mutex
+	inFlight int
+	reads    []int64
+	failFrom int64 // reads starting here or later fail with errScanTest; 0: none
+}
+
+var errScanTest = errors.New("injected read error")
+
+func (w *watchedReader) ReadAt(p []byte, off int64) (int, error) {
+	w.mu.Lock()
+	w.inFlight++
+	w.reads = append(w.reads, off)
+	if w.inFlight > 1 {
+		w.t.Errorf("two reads of the segment at once (one at %d)", off)
+	}
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.inFlight--
+		w.mu.Unlock()
+	}()
+	if w.failFrom > 0 && off >= w.failFrom {
+		return 0, errScanTest
+	}
+	return w.r.ReadAt(p, off)
+}
+
+// scanWatched scans through a watchedReader and checks that no read
+// outlives the scan.
+func scanWatched(t *testing.T, w *watchedReader, limit uint64, mode scanMode, chunk int64) scanned {
 	t.Helper()
-	r := bytes.NewReader(body)
-	chunked := scanWith(r, limit, mode, 64<<10)
-	whole := scanWith(r, limit, mode, max(int64(len(body)), 64<<10))
+	got := scanWith(w, limit, mode, chunk)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.inFlight != 0 {
+		t.Fatalf("%d reads of the segment still running after the scan returned", w.inFlight)
+	}
+	return got
+}
+
+// checkChunkedScan scans body in 64 KiB chunks, read ahead, and in one read
+// of the whole file: both must find and visit exactly the same. It returns
+// where the chunked scan read.
+func checkChunkedScan(t *testing.T, body []byte, limit uint64, mode scanMode) []int64 {
+	t.Helper()
+	w := &watchedReader{t: t, r: bytes.NewReader(body)}
+	chunked := scanWatched(t, w, limit, mode, 64<<10)
+	whole := scanWith(bytes.NewReader(body), limit, mode, max(int64(len(body)), 64<<10))
 	if !reflect.DeepEqual(chunked, whole) {
 		t.Fatalf("chunked scan: end %d pos %d, %d visited, %d damaged, stop %v, err %v;\nwhole scan: end %d pos %d, %d visited, %d damaged, stop %v, err %v",
 			chunked.res.end, chunked.res.pos, len(chunked.offsets), len(chunked.res.damage), chunked.res.stop, chunked.err,
 			whole.res.end, whole.res.pos, len(whole.offsets), len(whole.res.damage), whole.res.stop, whole.err)
 	}
+	return w.reads
 }
 
 func TestScanInChunksFindsWhatOneReadFinds(t *testing.T) {
@@ -103,6 +153,104 @@ func TestScanInChunksFindsWhatOneReadFinds(t *testing.T) {
 	got := scanWith(bytes.NewReader(clean), ^uint64(0), scanActive, 64<<10)
 	if got.err != nil || got.res.end != uint64(n) || len(got.offsets) != n || got.res.stop != nil || n < 40 {
 		t.Fatalf("clean scan: end %d, %d visited, stop %v, err %v; want %d records (at least 40)", got.res.end, len(got.offsets), got.res.stop, got.err, n)
+	}
+}
+
+// recordsOf appends records of the given payload sizes to body, offsets
+// from first on; a payload fill of 0 makes payloads of zeros.
+func recordsOf(body []byte, first uint64, fill byte, sizes ...int) []byte {
+	for i, size := range sizes {
+		p := payload(int(first)+i, size)
+		if fill == 0 {
+			p = make([]byte, size)
+		}
+		body = appendRecord(body, first+uint64(i), 1, p)
+	}
+	return body
+}
+
+func repeat(size, n int) []int {
+	sizes := make([]int, n)
+	for i := range sizes {
+		sizes[i] = size
+	}
+	return sizes
+}
+
+// TestScanUsesWhatItReadAhead: with records shorter than the room kept
+// before a chunk, every chunk is read once, at its own position: the
+// record a chunk cuts is copied in front of the next, not read again.
+func TestScanUsesWhatItReadAhead(t *testing.T) {
+	body := recordsOf(encodeSegmentHeader(0), 0, 1, repeat(1000, 1100)...) // about 1.1 MiB
+	reads := checkChunkedScan(t, body, ^uint64(0), scanActive)
+	for i, off := range reads {
+		if want := int64(segmentHeaderSize + i*64<<10); off != want {
+			t.Fatalf("read %d at %d, want %d (every chunk read once, end to end): %v", i, off, want, reads)
+		}
+	}
+	if want := (len(body)-segmentHeaderSize)/(64<<10) + 1; len(reads) != want {
+		t.Fatalf("%d reads, want %d", len(reads), want)
+	}
+}
+
+// TestScanReadsAgainWhatTheRoomCannotHold covers the reads ahead that
+// miss and the chunks that start none: a record longer than the room cut
+// by a chunk's end, payloads of zeros at a chunk's end, a record longer
+// than a chunk, and zeros cutting a header.
+func TestScanReadsAgainWhatTheRoomCannotHold(t *testing.T) {
+	chunkEnd := segmentHeaderSize + 64<<10
+	// Small records up to 12 KiB before the first chunk's end, then one of
+	// 20 KiB that the chunk cuts after 12 KiB, more than the 8 KiB room.
+	body := encodeSegmentHeader(0)
+	n := uint64(0)
+	for len(body)+encodedSize(1000) < chunkEnd-12<<10 {
+		body = recordsOf(body, n, 1, 1000)
+		n++
+	}
+	longAt := int64(len(body))
+	body = recordsOf(body, n, 1, 20<<10)
+	n++
+	body = recordsOf(body, n, 1, repeat(1000, 100)...)
+	reads := checkChunkedScan(t, body, ^uint64(0), scanActive)
+	if !slices.Contains(reads, longAt) {
+		t.Fatalf("the long record cut at a chunk's end (at %d) was not read again from its start: reads at %v", longAt, reads)
+	}
+
+	// Payloads of zeros ending at a chunk's end, a record longer than a
+	// chunk after them, and more small records: in both modes, with a
+	// limit inside for the sealed scan.
+	body = recordsOf(encodeSegmentHeader(0), 0, 0, repeat(1000, 150)...)
+	body = recordsOf(body, 150, 1, 100<<10, 3, 70<<10)
+	body = recordsOf(body, 153, 1, repeat(900, 200)...)
+	checkChunkedScan(t, body, ^uint64(0), scanActive)
+	checkChunkedScan(t, body, 300, scanSealed)
+	checkChunkedScan(t, append(body, make([]byte, 64<<10)...), ^uint64(0), scanActive)
+
+	// A header cut after its first byte, the rest of its length zeros.
+	body = encodeSegmentHeader(0)
+	for n = 0; len(body)+encodedSize(1000) <= chunkEnd-1; n++ {
+		body = recordsOf(body, n, 1, 1000)
+	}
+	pad := chunkEnd - 1 - len(body) - recordHeaderSize // the next record starts 1 byte before the end
+	if pad >= 0 {
+		body = recordsOf(body, n, 1, pad)
+		n++
+	}
+	body = recordsOf(body, n, 1, 0x100, 5, 6)
+	checkChunkedScan(t, body, ^uint64(0), scanActive)
+}
+
+// TestScanReportsAReadAheadThatFailed: a read ahead that fails is the
+// scan's error, at the position it needed, and no read outlives it.
+func TestScanReportsAReadAheadThatFailed(t *testing.T) {
+	body := recordsOf(encodeSegmentHeader(0), 0, 1, repeat(1000, 300)...)
+	w := &watchedReader{t: t, r: bytes.NewReader(body), failFrom: segmentHeaderSize + 64<<10}
+	got := scanWatched(t, w, ^uint64(0), scanActive, 64<<10)
+	if !errors.Is(got.err, errScanTest) {
+		t.Fatalf("scan with its second chunk unreadable: err %v, want the read's error", got.err)
+	}
+	if want := (64 << 10) / encodedSize(1000); len(got.offsets) != want {
+		t.Fatalf("visited %d records before the failed read, want %d", len(got.offsets), want)
 	}
 }
 
@@ -143,8 +291,8 @@ func TestScanReadsTheNextChunkWhileDecoding(t *testing.T) {
 			if visited++; visited == 1 {
 				select {
 				case off := <-g.reads:
-					if off <= segmentHeaderSize || off >= segmentHeaderSize+64<<10 {
-						t.Errorf("the read ahead starts at %d, want inside the first 64 KiB chunk's end", off)
+					if off != segmentHeaderSize+64<<10 {
+						t.Errorf("the read ahead starts at %d, want at the first 64 KiB chunk's end, %d", off, segmentHeaderSize+64<<10)
 					}
 				case <-time.After(30 * time.Second):
 					t.Error("the first record was visited, and no second read started in 30 s")
