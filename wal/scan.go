@@ -93,8 +93,9 @@ func scanSegment(r io.ReaderAt, base, limit uint64, mode scanMode, maxLen, spaci
 // free there, so the next chunk holds the record whole; when that part is
 // longer than the room, the next chunk is read again from the record's
 // start instead, as every chunk is once reads ahead have missed twice, or
-// once a record longer than a chunk made the scan grow its buffer. Reads never overlap: the scanner waits for the one ahead before
-// any other read of r.
+// once a record longer than a chunk made the scan grow its buffer. Reads
+// never overlap: the scanner waits for the one ahead before any other
+// read of r.
 type scanner struct {
 	r               io.ReaderAt
 	base, limit     uint64
