@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"io"
 	"reflect"
 	"slices"
@@ -53,17 +54,9 @@ func scanWith(r io.ReaderAt, limit uint64, mode scanMode, chunk int64) scanned {
 	var s scanned
 	s.res, s.err = scanSegment(r, 0, limit, mode, 1<<20, 4<<10, chunk, func(rec Record) {
 		s.offsets = append(s.offsets, rec.Offset)
-		s.sums = append(s.sums, crc(rec.Payload))
+		s.sums = append(s.sums, crc32.ChecksumIEEE(rec.Payload))
 	})
 	return s
-}
-
-func crc(b []byte) uint32 {
-	var h uint32 = 2166136261
-	for _, c := range b {
-		h = (h ^ uint32(c)) * 16777619
-	}
-	return h
 }
 
 // watchedReader records where each read starts, and fails the test if
@@ -169,19 +162,11 @@ func recordsOf(body []byte, first uint64, fill byte, sizes ...int) []byte {
 	return body
 }
 
-func repeat(size, n int) []int {
-	sizes := make([]int, n)
-	for i := range sizes {
-		sizes[i] = size
-	}
-	return sizes
-}
-
 // TestScanUsesWhatItReadAhead: with records shorter than the room kept
 // before a chunk, every chunk is read once, at its own position: the
 // record a chunk cuts is copied in front of the next, not read again.
 func TestScanUsesWhatItReadAhead(t *testing.T) {
-	body := recordsOf(encodeSegmentHeader(0), 0, 1, repeat(1000, 1100)...) // about 1.1 MiB
+	body := recordsOf(encodeSegmentHeader(0), 0, 1, slices.Repeat([]int{1000}, 1100)...) // about 1.1 MiB
 	reads := checkChunkedScan(t, body, ^uint64(0), scanActive)
 	for i, off := range reads {
 		if want := int64(segmentHeaderSize + i*64<<10); off != want {
@@ -210,7 +195,7 @@ func TestScanReadsAgainWhatTheRoomCannotHold(t *testing.T) {
 	longAt := int64(len(body))
 	body = recordsOf(body, n, 1, 20<<10)
 	n++
-	body = recordsOf(body, n, 1, repeat(1000, 100)...)
+	body = recordsOf(body, n, 1, slices.Repeat([]int{1000}, 100)...)
 	reads := checkChunkedScan(t, body, ^uint64(0), scanActive)
 	if !slices.Contains(reads, longAt) {
 		t.Fatalf("the long record cut at a chunk's end (at %d) was not read again from its start: reads at %v", longAt, reads)
@@ -219,9 +204,9 @@ func TestScanReadsAgainWhatTheRoomCannotHold(t *testing.T) {
 	// Payloads of zeros ending at a chunk's end, a record longer than a
 	// chunk after them, and more small records: in both modes, with a
 	// limit inside for the sealed scan.
-	body = recordsOf(encodeSegmentHeader(0), 0, 0, repeat(1000, 150)...)
+	body = recordsOf(encodeSegmentHeader(0), 0, 0, slices.Repeat([]int{1000}, 150)...)
 	body = recordsOf(body, 150, 1, 100<<10, 3, 70<<10)
-	body = recordsOf(body, 153, 1, repeat(900, 200)...)
+	body = recordsOf(body, 153, 1, slices.Repeat([]int{900}, 200)...)
 	checkChunkedScan(t, body, ^uint64(0), scanActive)
 	checkChunkedScan(t, body, 300, scanSealed)
 	checkChunkedScan(t, append(body, make([]byte, 64<<10)...), ^uint64(0), scanActive)
@@ -243,7 +228,7 @@ func TestScanReadsAgainWhatTheRoomCannotHold(t *testing.T) {
 // TestScanReportsAReadAheadThatFailed: a read ahead that fails is the
 // scan's error, at the position it needed, and no read outlives it.
 func TestScanReportsAReadAheadThatFailed(t *testing.T) {
-	body := recordsOf(encodeSegmentHeader(0), 0, 1, repeat(1000, 300)...)
+	body := recordsOf(encodeSegmentHeader(0), 0, 1, slices.Repeat([]int{1000}, 300)...)
 	w := &watchedReader{t: t, r: bytes.NewReader(body), failFrom: segmentHeaderSize + 64<<10}
 	got := scanWatched(t, w, ^uint64(0), scanActive, 64<<10)
 	if !errors.Is(got.err, errScanTest) {
