@@ -126,6 +126,7 @@ func TestScanInChunksFindsWhatOneReadFinds(t *testing.T) {
 		seed[i] = byte(i*37 + i*i)
 	}
 	clean, n := scanRecords(seed, -1, 128<<10, 2<<20)
+	full := scanBody(seed, -1, 0)
 	for _, c := range []struct {
 		name  string
 		body  []byte
@@ -133,10 +134,10 @@ func TestScanInChunksFindsWhatOneReadFinds(t *testing.T) {
 		mode  scanMode
 	}{
 		{"active, clean", clean, ^uint64(0), scanActive},
-		{"active, torn tail", scanBody(seed, -1, 0)[:len(scanBody(seed, -1, 0))-100], ^uint64(0), scanActive},
+		{"active, torn tail", full[:len(full)-100], ^uint64(0), scanActive},
 		{"active, damage mid-way", scanBody(seed, 300<<10, 128<<10), ^uint64(0), scanActive},
 		{"sealed, damage mid-way", scanBody(seed, 300<<10, 0), 200, scanSealed},
-		{"sealed, limit inside", scanBody(seed, -1, 0), 57, scanSealed},
+		{"sealed, limit inside", full, 57, scanSealed},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			checkChunkedScan(t, c.body, c.limit, c.mode)
