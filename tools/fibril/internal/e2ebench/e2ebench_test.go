@@ -64,6 +64,20 @@ func TestBodyRoundTrip(t *testing.T) {
 	}
 }
 
+func TestBodyFillerIsTheAlphabetByPosition(t *testing.T) {
+	for _, size := range []int{0, 1, 16, 17, 41, 42, 43, 100, 1024, 65537} {
+		b := EncodeBody(size, time.Unix(1, 0), 7)
+		if len(b) != max(size, bodyHeader) {
+			t.Fatalf("size %d: body of %d bytes", size, len(b))
+		}
+		for i := bodyHeader; i < len(b); i++ {
+			if want := byte('a' + i%26); b[i] != want {
+				t.Fatalf("size %d: byte %d is %q, want %q", size, i, b[i], want)
+			}
+		}
+	}
+}
+
 func TestRunOpenLoopMeasuresFromIntendedTime(t *testing.T) {
 	s, err := Steady("rate", 500, 400*time.Millisecond, 2)
 	if err != nil {
