@@ -104,6 +104,35 @@ func TestRunOpenLoopMeasuresFromIntendedTime(t *testing.T) {
 	}
 }
 
+// Confirms that come out of publish order (a stream over several queues)
+// are measured when they came: the first publish's slow confirm is not
+// charged to the publishes after it, which the bench waits for in order.
+func TestRunOpenLoopMeasuresEachConfirmWhenItCame(t *testing.T) {
+	s, err := Steady("rate", 500, 400*time.Millisecond, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const slow = 300 * time.Millisecond
+	first := fakeTarget{confirmDelay: time.Millisecond, slow: func(i int) time.Duration {
+		if i == 0 {
+			return slow
+		}
+		return 0
+	}}
+	r, err := RunOpenLoop(context.Background(), first, "q", s, RunOptions{Payload: 64, Warmup: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Sustained || r.Confirm == nil || r.Confirm.N != 200 {
+		t.Fatalf("result %+v", r)
+	}
+	// Waiting in order and stamping on return would put the median near
+	// 100 ms: the publishes sent in the slow one's first 300 ms.
+	if r.Confirm.P50 > 50_000 || r.Confirm.Max < float64(slow/time.Microsecond) {
+		t.Fatalf("confirm %+v: want a median of the fast confirms and a max of the slow one", *r.Confirm)
+	}
+}
+
 func TestRunOpenLoopWithAFailureIsNotSustained(t *testing.T) {
 	s, err := Steady("rate", 200, 200*time.Millisecond, 1)
 	if err != nil {

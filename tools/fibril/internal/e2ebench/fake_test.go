@@ -8,10 +8,12 @@ import (
 )
 
 // fakeTarget is an in-memory broker: a publish is confirmed after
-// confirmDelay and delivered right after its confirm, unless refuse says
-// to refuse it (failed at once, never delivered).
+// confirmDelay (plus slow's extra delay for its index, if set; confirms
+// then come out of publish order) and delivered right after its confirm,
+// unless refuse says to refuse it (failed at once, never delivered).
 type fakeTarget struct {
 	confirmDelay time.Duration
+	slow         func(index int) time.Duration
 	refuse       func(index int) bool
 }
 
@@ -32,28 +34,37 @@ type fakeStream struct {
 	once       sync.Once
 }
 
+// fakePending is stamped when its confirm is made, as a real stream's
+// out-of-order confirms are.
 type fakePending struct {
-	done chan struct{}
-	err  error
+	done    chan struct{}
+	arrived time.Time
+	err     error
 }
 
-func (p fakePending) Wait(ctx context.Context) error {
+func (p *fakePending) Wait(ctx context.Context) (time.Time, error) {
 	select {
 	case <-p.done:
-		return p.err
+		return p.arrived, p.err
 	case <-ctx.Done():
-		return ctx.Err()
+		return time.Time{}, ctx.Err()
 	}
 }
 
 func (s *fakeStream) Publish(p int, body []byte) (Pending, error) {
-	pend := fakePending{done: make(chan struct{})}
-	if _, idx, _ := DecodeBody(body); s.t.refuse != nil && s.t.refuse(idx) {
-		pend.err = errRefused
+	pend := &fakePending{done: make(chan struct{})}
+	_, idx, _ := DecodeBody(body)
+	if s.t.refuse != nil && s.t.refuse(idx) {
+		pend.arrived, pend.err = time.Now(), errRefused
 		close(pend.done)
 		return pend, nil
 	}
-	time.AfterFunc(s.t.confirmDelay, func() {
+	delay := s.t.confirmDelay
+	if s.t.slow != nil {
+		delay += s.t.slow(idx)
+	}
+	time.AfterFunc(delay, func() {
+		pend.arrived = time.Now()
 		close(pend.done)
 		s.deliveries <- body
 	})

@@ -160,13 +160,52 @@ func (s *fibrilStream) open(ctx context.Context, publishers, window int) error {
 	return nil
 }
 
+// fibrilPending is a publish to the stream's one queue, whose confirms
+// come in publish order: the time Wait returns is when it arrived.
 type fibrilPending struct{ f *client.Future }
 
-func (p fibrilPending) Wait(ctx context.Context) error { _, err := p.f.Wait(ctx); return err }
+func (p fibrilPending) Wait(ctx context.Context) (time.Time, error) {
+	_, err := p.f.Wait(ctx)
+	return time.Now(), err
+}
+
+// stampedPending is a publish to one of several queues, whose confirms
+// come in any order: a goroutine of its own stamps it when it arrives,
+// so that waiting in publish order does not charge it a slower queue's
+// wait.
+type stampedPending struct {
+	done    chan struct{}
+	arrived time.Time
+	err     error
+}
+
+func stamp(f *client.Future) *stampedPending {
+	p := &stampedPending{done: make(chan struct{})}
+	go func() {
+		<-f.Done()
+		p.arrived = time.Now()
+		_, p.err = f.Result()
+		close(p.done)
+	}()
+	return p
+}
+
+func (p *stampedPending) Wait(ctx context.Context) (time.Time, error) {
+	select {
+	case <-p.done:
+		return p.arrived, p.err
+	case <-ctx.Done():
+		return time.Time{}, ctx.Err()
+	}
+}
 
 func (s *fibrilStream) Publish(p int, body []byte) (Pending, error) {
 	q := int((s.next[p].Add(1) - 1) % uint64(len(s.queues)))
-	return fibrilPending{s.pubs[p][s.group[q]].PublishAsync(s.queues[q], client.Message{Body: body})}, nil
+	f := s.pubs[p][s.group[q]].PublishAsync(s.queues[q], client.Message{Body: body})
+	if len(s.queues) > 1 {
+		return stamp(f), nil
+	}
+	return fibrilPending{f}, nil
 }
 
 func (s *fibrilStream) Consume(ctx context.Context, deliver func([]byte, time.Time)) error {

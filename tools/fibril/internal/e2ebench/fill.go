@@ -25,7 +25,7 @@ func Fill(ctx context.Context, t Target, name string, n, publishers, window, pay
 			go func() {
 				var first error
 				for pend := range ch {
-					if err := pend.Wait(ctx); err != nil && first == nil {
+					if _, err := pend.Wait(ctx); err != nil && first == nil {
 						first = err
 					}
 				}

@@ -88,14 +88,14 @@ type jsStream struct {
 
 type jsPending struct{ f jetstream.PubAckFuture }
 
-func (p jsPending) Wait(ctx context.Context) error {
+func (p jsPending) Wait(ctx context.Context) (time.Time, error) {
 	select {
 	case <-ctx.Done():
-		return ctx.Err()
+		return time.Time{}, ctx.Err()
 	case <-p.f.Ok():
-		return nil
+		return time.Now(), nil
 	case err := <-p.f.Err():
-		return err
+		return time.Now(), err
 	}
 }
 

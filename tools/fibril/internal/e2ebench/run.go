@@ -116,7 +116,7 @@ func warmup(ctx context.Context, st Stream, publishers int, total int, o RunOpti
 		pend = append(pend, p)
 	}
 	for _, p := range pend {
-		if err := p.Wait(ctx); err != nil {
+		if _, err := p.Wait(ctx); err != nil {
 			return fmt.Errorf("warm-up confirm: %w", err)
 		}
 	}
@@ -144,11 +144,10 @@ type confirmer struct {
 
 func (c *confirmer) run(ctx context.Context, in <-chan sent) {
 	for s := range in {
-		err := s.pending.Wait(ctx)
+		arrived, err := s.pending.Wait(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		now := time.Now()
 		if err != nil {
 			c.failed++
 			if c.firstErr == nil {
@@ -156,7 +155,9 @@ func (c *confirmer) run(ctx context.Context, in <-chan sent) {
 			}
 			continue
 		}
-		c.lat = append(c.lat, now.Sub(s.intended))
-		c.last = now
+		c.lat = append(c.lat, arrived.Sub(s.intended))
+		if arrived.After(c.last) {
+			c.last = arrived
+		}
 	}
 }

@@ -59,10 +59,10 @@ func RunSaturation(ctx context.Context, t Target, name string, publishers int, d
 		ch, inFlight := make(chan Pending, o.Window), make(chan struct{}, o.Window)
 		wg.Go(func() {
 			for pend := range ch {
-				err := pend.Wait(drainCtx)
+				arrived, err := pend.Wait(drainCtx)
 				<-inFlight
 				switch {
-				case err == nil && time.Now().Before(stop):
+				case err == nil && arrived.Before(stop):
 					confirmed.Add(1)
 				case err != nil && drainCtx.Err() == nil:
 					failed.Add(1)

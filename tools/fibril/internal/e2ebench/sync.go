@@ -61,8 +61,9 @@ func RunOneSync(ctx context.Context, t Target, name string, d time.Duration, o R
 	for i := 0; time.Now().Before(stop); i++ {
 		sentAt := time.Now()
 		pend, err := st.Publish(0, EncodeBody(o.Payload, sentAt, i))
+		var arrived time.Time
 		if err == nil {
-			err = pend.Wait(ctx)
+			arrived, err = pend.Wait(ctx)
 		}
 		if err != nil {
 			res.Failed++
@@ -74,7 +75,7 @@ func RunOneSync(ctx context.Context, t Target, name string, d time.Duration, o R
 			}
 			continue
 		}
-		lat = append(lat, time.Since(sentAt))
+		lat = append(lat, arrived.Sub(sentAt))
 	}
 	elapsed := time.Since(start)
 	expected.Store(int64(len(lat)))

@@ -38,8 +38,11 @@ type Stream interface {
 // Pending is a publish awaiting its confirm.
 type Pending interface {
 	// Wait blocks until the broker confirms or refuses the publish, or
-	// ctx ends.
-	Wait(ctx context.Context) error
+	// ctx ends, and returns when the answer reached the bench: a stream
+	// whose answers may come out of publish order (several queues) stamps
+	// each as it comes, so that a publish waited for after a slower one
+	// is not charged that one's wait.
+	Wait(ctx context.Context) (arrived time.Time, err error)
 }
 
 // ErrShortBody is returned by DecodeBody for a body without a header.
