@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -161,6 +162,48 @@ func TestRunSaturationCounts(t *testing.T) {
 	// 1,000/s, well below 16 per ms.
 	if r.Case != "saturation" || r.Confirmed == 0 || r.ConfirmedPerSec < 1000 || r.ConfirmedPerSec > 16000 || r.Delivered > r.Sent {
 		t.Fatalf("result %+v", r)
+	}
+}
+
+// A stream over several queues frees a publisher's in-flight slot as each
+// confirm comes: one slow confirm does not hold the window shut.
+func TestRunSaturationFreesSlotsAsConfirmsCome(t *testing.T) {
+	slowFirst := fakeTarget{confirmDelay: time.Millisecond, queues: 4, slow: func(i int) time.Duration {
+		if i == 0 {
+			return 2 * time.Second
+		}
+		return 0
+	}}
+	r, err := RunSaturation(context.Background(), slowFirst, "q", 1, 300*time.Millisecond,
+		RunOptions{Payload: 64, Window: 8, Warmup: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Freed in publish order, the window would stay shut behind the first
+	// publish for the whole run: at most 7 confirms counted.
+	if r.Confirmed < 100 {
+		t.Fatalf("%d confirmed in 300 ms with a window of 8 and 1 ms confirms: the slow first one held the window", r.Confirmed)
+	}
+}
+
+// A stream over several queues is warmed with a publish to every queue
+// from every publisher, whatever --warmup says.
+func TestWarmupCoversEveryQueue(t *testing.T) {
+	s, err := Steady("rate", 500, 100*time.Millisecond, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var published atomic.Int64
+	spread := fakeTarget{confirmDelay: time.Millisecond, queues: 40, published: &published}
+	r, err := RunOpenLoop(context.Background(), spread, "q", s, RunOptions{Payload: 64, Warmup: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Sustained {
+		t.Fatalf("result %+v", r)
+	}
+	if warm := int(published.Load()) - s.Total(); warm < 2*40 {
+		t.Fatalf("%d warm-up publishes for 40 queues and 2 publishers, want at least 80", warm)
 	}
 }
 

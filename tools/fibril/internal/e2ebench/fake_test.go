@@ -4,17 +4,23 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // fakeTarget is an in-memory broker: a publish is confirmed after
 // confirmDelay (plus slow's extra delay for its index, if set; confirms
 // then come out of publish order) and delivered right after its confirm,
-// unless refuse says to refuse it (failed at once, never delivered).
+// unless refuse says to refuse it (failed at once, never delivered). With
+// queues above 1 its stream says it spreads over that many queues, and
+// its pendings say their confirms may come out of order. published, if
+// set, counts every publish, warm-up included.
 type fakeTarget struct {
 	confirmDelay time.Duration
 	slow         func(index int) time.Duration
 	refuse       func(index int) bool
+	queues       int
+	published    *atomic.Int64
 }
 
 var errRefused = errors.New("refused")
@@ -42,6 +48,11 @@ type fakePending struct {
 	err     error
 }
 
+// fakeUnordered is a fakePending of a stream over several queues.
+type fakeUnordered struct{ *fakePending }
+
+func (fakeUnordered) unordered() {}
+
 func (p *fakePending) Wait(ctx context.Context) (time.Time, error) {
 	select {
 	case <-p.done:
@@ -53,11 +64,18 @@ func (p *fakePending) Wait(ctx context.Context) (time.Time, error) {
 
 func (s *fakeStream) Publish(p int, body []byte) (Pending, error) {
 	pend := &fakePending{done: make(chan struct{})}
+	var out Pending = pend
+	if s.t.queues > 1 {
+		out = fakeUnordered{pend}
+	}
+	if s.t.published != nil {
+		s.t.published.Add(1)
+	}
 	_, idx, _ := DecodeBody(body)
 	if s.t.refuse != nil && s.t.refuse(idx) {
 		pend.arrived, pend.err = time.Now(), errRefused
 		close(pend.done)
-		return pend, nil
+		return out, nil
 	}
 	delay := s.t.confirmDelay
 	if s.t.slow != nil {
@@ -68,15 +86,17 @@ func (s *fakeStream) Publish(p int, body []byte) (Pending, error) {
 		close(pend.done)
 		s.deliveries <- body
 	})
-	return pend, nil
+	return out, nil
 }
 
-func (s *fakeStream) Consume(ctx context.Context, deliver func([]byte, time.Time)) error {
+func (s *fakeStream) Queues() int { return max(1, s.t.queues) }
+
+func (s *fakeStream) Consume(ctx context.Context, deliver func(body []byte, received, arrived time.Time)) error {
 	s.wg.Go(func() {
 		for {
 			select {
 			case b := <-s.deliveries:
-				deliver(b, time.Time{})
+				deliver(b, time.Time{}, time.Now())
 			case <-s.stop:
 				return
 			}

@@ -179,16 +179,25 @@ type stampedPending struct {
 	err     error
 }
 
-func stamp(f *client.Future) *stampedPending {
+// answer is what stamp needs of a *client.Future.
+type answer interface {
+	Done() <-chan struct{}
+	Result() (client.Confirm, error)
+}
+
+// stamp watches f and stamps it with now() when it is answered.
+func stamp(f answer, now func() time.Time) *stampedPending {
 	p := &stampedPending{done: make(chan struct{})}
 	go func() {
 		<-f.Done()
-		p.arrived = time.Now()
+		p.arrived = now()
 		_, p.err = f.Result()
 		close(p.done)
 	}()
 	return p
 }
+
+func (p *stampedPending) unordered() {}
 
 func (p *stampedPending) Wait(ctx context.Context) (time.Time, error) {
 	select {
@@ -203,12 +212,14 @@ func (s *fibrilStream) Publish(p int, body []byte) (Pending, error) {
 	q := int((s.next[p].Add(1) - 1) % uint64(len(s.queues)))
 	f := s.pubs[p][s.group[q]].PublishAsync(s.queues[q], client.Message{Body: body})
 	if len(s.queues) > 1 {
-		return stamp(f), nil
+		return stamp(f, time.Now), nil
 	}
 	return fibrilPending{f}, nil
 }
 
-func (s *fibrilStream) Consume(ctx context.Context, deliver func([]byte, time.Time)) error {
+func (s *fibrilStream) Queues() int { return len(s.queues) }
+
+func (s *fibrilStream) Consume(ctx context.Context, deliver func(body []byte, received, arrived time.Time)) error {
 	prefetch := s.target.Prefetch
 	switch {
 	case prefetch == 0 && len(s.queues) > 1:
@@ -217,9 +228,10 @@ func (s *fibrilStream) Consume(ctx context.Context, deliver func([]byte, time.Ti
 		prefetch = 1000
 	}
 	handler := func(_ context.Context, d *client.Delivery) error {
+		arrived := time.Now() // before the lock the queues' handlers share
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		deliver(d.Body, d.PublishedAt)
+		deliver(d.Body, d.PublishedAt, arrived)
 		return nil
 	}
 	for i, q := range s.queues {

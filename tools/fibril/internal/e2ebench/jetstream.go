@@ -114,18 +114,21 @@ func (s *jsStream) Publish(p int, body []byte) (Pending, error) {
 	}
 }
 
-func (s *jsStream) Consume(ctx context.Context, deliver func([]byte, time.Time)) error {
+func (s *jsStream) Queues() int { return 1 }
+
+func (s *jsStream) Consume(ctx context.Context, deliver func(body []byte, received, arrived time.Time)) error {
 	cons, err := s.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "bench",
 		AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: s.maxAckPending})
 	if err != nil {
 		return fmt.Errorf("jetstream: create consumer on %s: %w", s.name, err)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		arrived := time.Now()
 		var received time.Time // when the stream stored it
 		if meta, err := m.Metadata(); err == nil {
 			received = meta.Timestamp
 		}
-		deliver(m.Data(), received)
+		deliver(m.Data(), received, arrived)
 		m.Ack()
 	})
 	if err != nil {

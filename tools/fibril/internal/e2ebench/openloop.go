@@ -32,6 +32,7 @@ func RunOpenLoop(ctx context.Context, t Target, name string, s Schedule, o RunOp
 	}
 	defer st.Close()
 	total := s.Total()
+	o.Warmup = warmupFor(st, publishers, o)
 	rec := newRecorder(total, o.Warmup, o.Progress)
 	if err := st.Consume(ctx, rec.deliver); err != nil {
 		return res, err

@@ -70,8 +70,7 @@ func newRecorder(total, warmup int, progress func(int)) *recorder {
 }
 
 // deliver is the consumer's callback.
-func (r *recorder) deliver(body []byte, received time.Time) {
-	now := time.Now()
+func (r *recorder) deliver(body []byte, received, now time.Time) {
 	intended, idx, err := DecodeBody(body)
 	if err != nil {
 		return

@@ -25,11 +25,12 @@ func RunSaturation(ctx context.Context, t Target, name string, publishers int, d
 	const unbounded = 1 << 40 // measured indexes are below; warm-up above
 	var delivered, stopAt atomic.Int64
 	stopAt.Store(1 << 62)
+	o.Warmup = warmupFor(st, publishers, o)
 	rec := newRecorder(0, o.Warmup, nil)
 	rec.total = unbounded
-	counting := func(body []byte, received time.Time) {
+	counting := func(body []byte, received, arrived time.Time) {
 		if _, idx, err := DecodeBody(body); err == nil && idx < unbounded {
-			if time.Now().UnixNano() >= stopAt.Load() {
+			if arrived.UnixNano() >= stopAt.Load() {
 				return
 			}
 			if n := delivered.Add(1); o.Progress != nil && n%1024 == 0 {
@@ -37,7 +38,7 @@ func RunSaturation(ctx context.Context, t Target, name string, publishers int, d
 			}
 			return
 		}
-		rec.deliver(body, received)
+		rec.deliver(body, received, arrived)
 	}
 	if err := st.Consume(ctx, counting); err != nil {
 		return res, err
@@ -55,18 +56,26 @@ func RunSaturation(ctx context.Context, t Target, name string, publishers int, d
 	defer cancel()
 	for p := range publishers {
 		// inFlight holds a slot from each publish until its confirm (or
-		// failure) came back: at most o.Window are out at once.
+		// failure) came back: at most o.Window are out at once. Confirms
+		// that may come out of order free their slots as they come.
 		ch, inFlight := make(chan Pending, o.Window), make(chan struct{}, o.Window)
+		count := func(pend Pending) {
+			arrived, err := pend.Wait(drainCtx)
+			<-inFlight
+			switch {
+			case err == nil && arrived.Before(stop):
+				confirmed.Add(1)
+			case err != nil && drainCtx.Err() == nil:
+				failed.Add(1)
+			}
+		}
 		wg.Go(func() {
 			for pend := range ch {
-				arrived, err := pend.Wait(drainCtx)
-				<-inFlight
-				switch {
-				case err == nil && arrived.Before(stop):
-					confirmed.Add(1)
-				case err != nil && drainCtx.Err() == nil:
-					failed.Add(1)
+				if _, ok := pend.(unorderedPending); ok {
+					wg.Go(func() { count(pend) })
+					continue
 				}
+				count(pend)
 			}
 		})
 		wg.Go(func() {

@@ -34,16 +34,17 @@ func RunOneSync(ctx context.Context, t Target, name string, d time.Duration, o R
 		expected  atomic.Int64 // the confirmed count, once the loop ends
 	)
 	expected.Store(1 << 62)
+	o.Warmup = warmupFor(st, 1, o)
 	rec := newRecorder(0, o.Warmup, nil)
 	rec.total = unbounded
-	if err := st.Consume(ctx, func(body []byte, received time.Time) {
+	if err := st.Consume(ctx, func(body []byte, received, arrived time.Time) {
 		sentAt, idx, err := DecodeBody(body)
 		if err != nil || idx >= unbounded {
-			rec.deliver(body, received)
+			rec.deliver(body, received, arrived)
 			return
 		}
 		mu.Lock()
-		deliver = append(deliver, time.Since(sentAt))
+		deliver = append(deliver, arrived.Sub(sentAt))
 		mu.Unlock()
 		if delivered.Add(1) >= expected.Load() {
 			allInOnce.Do(func() { close(allIn) })

@@ -29,8 +29,12 @@ type Stream interface {
 	// Consume starts the consumer: deliver is called for every delivery,
 	// from one goroutine at a time, and the delivery is then acked.
 	// received is when the broker took the publish, by its clock (the same
-	// as the bench's on one machine), or zero if it does not say.
-	Consume(ctx context.Context, deliver func(body []byte, received time.Time)) error
+	// as the bench's on one machine), or zero if it does not say; arrived
+	// is when the delivery reached the bench, taken before any wait of the
+	// bench's own (the lock that makes the calls one at a time).
+	Consume(ctx context.Context, deliver func(body []byte, received, arrived time.Time)) error
+	// Queues is how many queues the stream spreads its publishes over.
+	Queues() int
 	// Close ends the connections and removes the queue or stream.
 	Close() error
 }
@@ -43,6 +47,25 @@ type Pending interface {
 	// each as it comes, so that a publish waited for after a slower one
 	// is not charged that one's wait.
 	Wait(ctx context.Context) (arrived time.Time, err error)
+}
+
+// An unorderedPending's confirm may come before those of publishes made
+// earlier on the same publisher (a stream over several queues): a bench
+// that frees a slot per confirm waits for it on its own, not in order.
+type unorderedPending interface {
+	Pending
+	unordered()
+}
+
+// warmupFor is how many warm-up messages st needs: o.Warmup, or for a
+// stream over several queues at least one per queue from every publisher
+// (their publishes go round robin over the queues, each from the first),
+// so that no queue's first publish or delivery falls in the measured run.
+func warmupFor(st Stream, publishers int, o RunOptions) int {
+	if q := st.Queues(); q > 1 {
+		return max(o.Warmup, publishers*q)
+	}
+	return o.Warmup
 }
 
 // ErrShortBody is returned by DecodeBody for a body without a header.
