@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/fibril-edge/fibril/wal"
 )
 
@@ -18,6 +20,15 @@ import (
 // unsettled message, the snapshot's boundary, or the durable frontier; on
 // a replicated partition also never past what a follower has not synced
 // or an id the dedupe window remembers (a copy rebuilds from the log).
+
+// checkpointWorkers bounds how many partitions one pass checkpoints at
+// once. Run together, their log syncs share the sync group's file-system
+// syncs and their snapshot writes Pebble's group commit: a pass over a
+// thousand dirty partitions costs a few syncs, where one partition after
+// another cost two thousand in a row, and a burst of journal commits that
+// held up every log's writes on the file system for tens of milliseconds
+// at a time.
+const checkpointWorkers = 32
 
 // markDirty schedules a checkpoint of p.
 func (b *Broker) markDirty(p *partition) {
@@ -39,16 +50,37 @@ func (b *Broker) checkpointDirty() {
 	b.ckptDirty = make(map[*partition]struct{})
 	b.ckptTimer = nil
 	b.ckptMu.Unlock()
+	parts := make([]*partition, 0, len(dirty))
 	for p := range dirty {
 		select {
 		case <-p.closing:
 			continue
 		default:
 		}
-		if err := b.checkpointPartition(p); err != nil && !errors.Is(err, wal.ErrClosed) {
+		parts = append(parts, p)
+	}
+	for i, err := range b.checkpointEach(parts) {
+		if err != nil && !errors.Is(err, wal.ErrClosed) {
+			p := parts[i]
 			b.log.Error("checkpoint failed", "queue", p.q.cfg().Name, "partition", p.idx, "err", err)
 		}
 	}
+}
+
+// checkpointEach checkpoints parts, checkpointWorkers at a time, and
+// returns each one's error in its place.
+func (b *Broker) checkpointEach(parts []*partition) []error {
+	errs := make([]error, len(parts))
+	var g errgroup.Group
+	g.SetLimit(checkpointWorkers)
+	for i, p := range parts {
+		g.Go(func() error {
+			errs[i] = b.checkpointPartition(p)
+			return nil
+		})
+	}
+	g.Wait()
+	return errs
 }
 
 // Checkpoint checkpoints every partition of every queue now.
@@ -59,11 +91,7 @@ func (b *Broker) Checkpoint(ctx context.Context) error {
 		parts = append(parts, q.parts...)
 	}
 	b.mu.RUnlock()
-	var errs []error
-	for _, p := range parts {
-		errs = append(errs, b.checkpointPartition(p))
-	}
-	return errors.Join(errs...)
+	return errors.Join(b.checkpointEach(parts)...)
 }
 
 func (b *Broker) checkpointPartition(p *partition) error {

@@ -1,0 +1,45 @@
+package appliance
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/fibril-edge/fibril/wal"
+)
+
+// BenchmarkCheckpointPass checkpoints 500 queues that each took one
+// publish since their last checkpoint, on the real file system under the
+// test's temporary directory (its sync group included, where the file
+// system has one): the pass a broker with many quiet queues runs every
+// CheckpointDelay. The queues are durable, so that their logs are synced
+// when the pass starts, as a quiet queue's are by then: what the pass
+// costs is its snapshots.
+func BenchmarkCheckpointPass(b *testing.B) {
+	ctx := testCtx(b)
+	const queues = 500
+	dir := b.TempDir()
+	opts := Options{Logger: quietLogger(), CheckpointDelay: time.Hour}
+	if g, err := wal.NewSyncGroup(dir, wal.SyncGroupOptions{}); err == nil {
+		defer g.Close()
+		opts.SyncGroup = g
+	}
+	br := openBroker(b, vfs.Default, dir, opts)
+	defer br.Close()
+	for i := range queues {
+		declare(b, ctx, br, QueueConfig{Name: fmt.Sprintf("q%d", i)})
+	}
+	b.ResetTimer()
+	for n := range b.N {
+		b.StopTimer()
+		for i := range queues {
+			publish(b, ctx, br, fmt.Sprintf("q%d", i), Message{Body: body(n)})
+		}
+		b.StartTimer()
+		if err := br.Checkpoint(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
