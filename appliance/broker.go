@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -12,6 +14,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"golang.org/x/sync/errgroup"
+
 	"github.com/fibril-edge/fibril/wal"
 )
 
@@ -590,11 +594,21 @@ func (b *Broker) Close() error {
 		b.ckptTimer.Stop()
 	}
 	b.ckptMu.Unlock()
-	var errs []error
-	for _, q := range queues {
-		_, err := q.close(b)
-		errs = append(errs, err)
+	// The queues close checkpointWorkers at a time, so that their
+	// checkpoints' syncs are shared (checkpoint.go) and their logs' last
+	// syncs overlap: a shutdown with many queues does not pay each one's
+	// syncs in a row.
+	list := slices.Collect(maps.Values(queues))
+	errs := make([]error, len(list), len(list)+1)
+	var g errgroup.Group
+	g.SetLimit(checkpointWorkers)
+	for i, q := range list {
+		g.Go(func() error {
+			_, errs[i] = q.close(b)
+			return nil
+		})
 	}
+	g.Wait()
 	b.bg.Wait() // what they publish or settle now fails as closed
 	if b.cache != nil {
 		b.cache.Close()

@@ -43,3 +43,34 @@ func BenchmarkCheckpointPass(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCloseManyQueues closes a broker whose 300 queues each took a
+// publish since their last checkpoint: what a shutdown under systemd waits
+// for (every partition checkpointed, every log synced and closed).
+func BenchmarkCloseManyQueues(b *testing.B) {
+	ctx := testCtx(b)
+	const queues = 300
+	for range b.N {
+		b.StopTimer()
+		dir := b.TempDir()
+		opts := Options{Logger: quietLogger(), CheckpointDelay: time.Hour}
+		g, err := wal.NewSyncGroup(dir, wal.SyncGroupOptions{})
+		if err == nil {
+			opts.SyncGroup = g
+		}
+		br := openBroker(b, vfs.Default, dir, opts)
+		for i := range queues {
+			name := fmt.Sprintf("q%d", i)
+			declare(b, ctx, br, QueueConfig{Name: name})
+			publish(b, ctx, br, name, Message{Body: body(i)})
+		}
+		b.StartTimer()
+		if err := br.Close(); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if g != nil {
+			g.Close()
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package appliance
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -53,13 +54,27 @@ func TestCloseDuringCheckpoint(t *testing.T) {
 	}
 }
 
-// TestCheckpointPassRunsPartitionsTogether: a checkpoint pass does not
-// take the partitions one after another. With the first snapshot's sync
-// held at a gate, every other partition still captures its state (and
-// its snapshot joins the same metadata sync); after the gate opens the
-// pass ends without error and a restart recovers every partition from
-// what it stored.
+// A checkpoint pass, and a Close, do not take the partitions one after
+// another. With the first snapshot's sync held at a gate, every other
+// partition still captures its state (and its snapshot joins the same
+// metadata sync); after the gate opens the pass ends without error and a
+// restart recovers every partition from what it stored.
 func TestCheckpointPassRunsPartitionsTogether(t *testing.T) {
+	checkpointsTogether(t, func(ctx context.Context, b *Broker) error {
+		if err := b.Checkpoint(ctx); err != nil {
+			return err
+		}
+		return b.Close()
+	})
+}
+
+func TestCloseCheckpointsQueuesTogether(t *testing.T) {
+	checkpointsTogether(t, func(_ context.Context, b *Broker) error { return b.Close() })
+}
+
+// checkpointsTogether runs pass, which must checkpoint and close b, on
+// eight dirty queues with the metadata store's syncs held at a gate.
+func checkpointsTogether(t *testing.T, pass func(context.Context, *Broker) error) {
 	ctx := testCtx(t)
 	mem := vfs.NewMem()
 	probe, fs := newSyncProbeFor(mem, func(path string) bool {
@@ -76,12 +91,12 @@ func TestCheckpointPassRunsPartitionsTogether(t *testing.T) {
 	}
 
 	probe.Shut()
-	ckpt := make(chan error, 1)
-	go func() { ckpt <- b.Checkpoint(ctx) }()
+	done := make(chan error, 1)
+	go func() { done <- pass(ctx, b) }()
 	select {
 	case <-probe.Held: // one snapshot write waits for its sync
 	case <-ctx.Done():
-		t.Fatal("the checkpoint never stored a snapshot")
+		t.Fatal("no snapshot was stored")
 	}
 	await.Until(t, ctx, "every partition captured while one snapshot's sync is held", func() bool {
 		for _, p := range parts {
@@ -92,11 +107,8 @@ func TestCheckpointPassRunsPartitionsTogether(t *testing.T) {
 		return true
 	})
 	probe.Open()
-	if err := <-ckpt; err != nil {
-		t.Fatalf("checkpoint: %v", err)
-	}
-	if err := b.Close(); err != nil {
-		t.Fatalf("close: %v", err)
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 
 	b = openBroker(t, mem, "data", Options{Logger: quietLogger()})
