@@ -11,22 +11,15 @@ import (
 )
 
 // BenchmarkCheckpointPass checkpoints 500 queues that each took one
-// publish since their last checkpoint, on the real file system under the
-// test's temporary directory (its sync group included, where the file
-// system has one): the pass a broker with many quiet queues runs every
-// CheckpointDelay. The queues are durable, so that their logs are synced
-// when the pass starts, as a quiet queue's are by then: what the pass
-// costs is its snapshots.
+// publish since their last checkpoint: the pass a broker with many quiet
+// queues runs every CheckpointDelay. The queues are durable, so that
+// their logs are synced when the pass starts, as a quiet queue's are by
+// then: what the pass costs is its snapshots.
 func BenchmarkCheckpointPass(b *testing.B) {
 	ctx := testCtx(b)
 	const queues = 500
-	dir := b.TempDir()
-	opts := Options{Logger: quietLogger(), CheckpointDelay: time.Hour}
-	if g, err := wal.NewSyncGroup(dir, wal.SyncGroupOptions{}); err == nil {
-		defer g.Close()
-		opts.SyncGroup = g
-	}
-	br := openBroker(b, vfs.Default, dir, opts)
+	br, closeGroup := openOnDisk(b)
+	defer closeGroup()
 	defer br.Close()
 	for i := range queues {
 		declare(b, ctx, br, QueueConfig{Name: fmt.Sprintf("q%d", i)})
@@ -52,13 +45,7 @@ func BenchmarkCloseManyQueues(b *testing.B) {
 	const queues = 300
 	for range b.N {
 		b.StopTimer()
-		dir := b.TempDir()
-		opts := Options{Logger: quietLogger(), CheckpointDelay: time.Hour}
-		g, err := wal.NewSyncGroup(dir, wal.SyncGroupOptions{})
-		if err == nil {
-			opts.SyncGroup = g
-		}
-		br := openBroker(b, vfs.Default, dir, opts)
+		br, closeGroup := openOnDisk(b)
 		for i := range queues {
 			name := fmt.Sprintf("q%d", i)
 			declare(b, ctx, br, QueueConfig{Name: name})
@@ -69,8 +56,20 @@ func BenchmarkCloseManyQueues(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StopTimer()
-		if g != nil {
-			g.Close()
-		}
+		closeGroup()
 	}
+}
+
+// openOnDisk opens a broker on the real file system under a temporary
+// directory, with the node's sync group where the file system has one, as
+// fibrild runs; closeGroup closes the group, after the broker.
+func openOnDisk(b *testing.B) (br *Broker, closeGroup func()) {
+	dir := b.TempDir()
+	opts := Options{Logger: quietLogger(), CheckpointDelay: time.Hour}
+	closeGroup = func() {}
+	if g, err := wal.NewSyncGroup(dir, wal.SyncGroupOptions{}); err == nil {
+		opts.SyncGroup = g
+		closeGroup = func() { g.Close() }
+	}
+	return openBroker(b, vfs.Default, dir, opts), closeGroup
 }
