@@ -180,7 +180,7 @@ func (s *scanner) read(pos int64) ([]byte, bool, error) {
 		s.ahead = nil
 		cut := a.pos - pos // what the current chunk cut, copied in front
 		if s.big == nil && cut >= 0 && cut <= int64(s.room) && pos >= s.bufPos {
-			if a.err != nil && !errors.Is(a.err, io.EOF) {
+			if a.err != nil {
 				return nil, false, a.err
 			}
 			from := s.room + int(pos-s.bufPos)
@@ -192,14 +192,14 @@ func (s *scanner) read(pos int64) ([]byte, bool, error) {
 		s.misses++
 	}
 	if s.big != nil {
-		n, err := s.r.ReadAt(s.big, pos)
-		if err != nil && !errors.Is(err, io.EOF) {
+		n, err := readChunk(s.r, s.big, pos)
+		if err != nil {
 			return nil, false, err
 		}
 		return s.big[:n], n < len(s.big), nil
 	}
-	n, err := s.r.ReadAt(s.buf[s.room:], pos)
-	if err != nil && !errors.Is(err, io.EOF) {
+	n, err := readChunk(s.r, s.buf[s.room:], pos)
+	if err != nil {
 		return nil, false, err
 	}
 	s.bufPos, s.bufN = pos, n
@@ -221,9 +221,19 @@ func (s *scanner) readAhead() {
 	r, into, pos, done := s.r, s.spare[s.room:], s.bufPos+int64(s.bufN), make(chan aheadRead, 1)
 	s.ahead = done
 	go func() {
-		n, err := r.ReadAt(into, pos)
+		n, err := readChunk(r, into, pos)
 		done <- aheadRead{pos: pos, n: n, err: err}
 	}()
+}
+
+// readChunk reads p from pos; the end of the file is not an error (the
+// bytes read say where it is).
+func readChunk(r io.ReaderAt, p []byte, pos int64) (int, error) {
+	n, err := r.ReadAt(p, pos)
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return n, err
 }
 
 // settle waits for a read ahead that the scan will not use, so that no
