@@ -15,7 +15,9 @@ import (
 // the path of a publish that finds the partition idle. In window mode, the
 // default, the next batch goes as soon as the one before is appended. In
 // gap mode, which buffered queues may be set to, a batch that gathered
-// behind another goes once no publish arrived for the gap.
+// behind another goes once no publish arrived for the gap. A Publisher
+// (publisher.go) holds the publishes one connection reads back to back
+// and releases them together, so that they share one append.
 
 // Limits of publish batching. One append carries at most maxPublishBatch
 // publishes and maxBatchBytes of them (or a segment's fourth, if less), so
@@ -53,8 +55,10 @@ type pubReq struct {
 }
 
 // publish adds one encoded publish record, of type typ, holding room in
-// the queue's limits, to the partition's batch.
-func (p *partition) publish(typ byte, rec []byte, room reservation, done func(wal.AppendResult, wal.Boundary, error)) {
+// the queue's limits, to the partition's batch. With hold, an append it
+// would start at once is left to release, and publish reports that it is
+// (a Publisher's publish; a full batch goes at once all the same).
+func (p *partition) publish(typ byte, rec []byte, room reservation, hold bool, done func(wal.AppendResult, wal.Boundary, error)) (held bool) {
 	gap := p.q.b.publishGap(p.q.cfg().Durability)
 	p.batch.mu.Lock()
 	for !p.batch.closed && p.pendingFullLocked() {
@@ -64,7 +68,7 @@ func (p *partition) publish(typ byte, rec []byte, room reservation, done func(wa
 		p.batch.mu.Unlock()
 		p.unhold(&heldRoom{reservation: room})
 		done(wal.AppendResult{}, p.boundary(), ErrClosed)
-		return
+		return false
 	}
 	if p.batch.pending == nil { // the last batch took the array: start one its size
 		p.batch.pending = make([]pubReq, 0, p.batch.lastLen)
@@ -80,13 +84,16 @@ func (p *partition) publish(typ byte, rec []byte, room reservation, done func(wa
 	}
 	full := len(p.batch.pending) >= maxPublishBatch || p.batch.pendingSize >= p.batchBytes()
 	switch {
+	case hold && !full && !p.batch.flushing && p.batch.flushTimer == nil:
+		p.batch.mu.Unlock()
+		return true
 	case gap <= 0 || full || alone:
 		if p.batch.flushTimer != nil && p.batch.flushTimer.Stop() {
 			p.batch.flushTimer = nil
 		}
 		if p.batch.flushing {
 			p.batch.mu.Unlock()
-			return // the flusher in progress picks it up
+			return false // the flusher in progress picks it up
 		}
 		p.batch.flushing = true
 		p.batch.mu.Unlock()
@@ -97,6 +104,20 @@ func (p *partition) publish(typ byte, rec []byte, room reservation, done func(wa
 	default:
 		p.batch.mu.Unlock()
 	}
+	return false
+}
+
+// release starts the append of the publishes a Publisher held, unless a
+// flusher or a gap timer has them already.
+func (p *partition) release() {
+	p.batch.mu.Lock()
+	if p.batch.closed || len(p.batch.pending) == 0 || p.batch.flushing || p.batch.flushTimer != nil {
+		p.batch.mu.Unlock()
+		return
+	}
+	p.batch.flushing = true
+	p.batch.mu.Unlock()
+	p.flushBatches()
 }
 
 // gapElapsed flushes once the gap has passed since the last arrival, or

@@ -423,6 +423,11 @@ func (b *Broker) queue(name string) (*queue, error) {
 // together with the callbacks of the publishes batched with it. It must
 // not block: the partition applies nothing else while it runs.
 func (b *Broker) PublishAsync(queueName string, m Message, done func(Confirm, error)) {
+	b.publishAsync(queueName, m, done, nil)
+}
+
+// publishAsync is PublishAsync, holding the append for pub when it is set.
+func (b *Broker) publishAsync(queueName string, m Message, done func(Confirm, error), pub *Publisher) {
 	q, err := b.queue(queueName)
 	if err != nil {
 		done(Confirm{}, err)
@@ -444,7 +449,7 @@ func (b *Broker) PublishAsync(queueName string, m Message, done func(Confirm, er
 			inner(c, err)
 		}
 	}
-	q.publish(m, now, done)
+	q.publish(m, now, done, pub)
 }
 
 // Publish publishes m and waits for its confirm.

@@ -80,10 +80,16 @@ func (q *queue) pick(key string) *partition {
 	return q.parts[int(q.rr.Add(1)%uint64(len(q.parts)))]
 }
 
-// publish runs a publish through dedupe, limits and the partition's batch.
-func (q *queue) publish(m Message, now time.Time, done func(Confirm, error)) {
+// publish runs a publish through dedupe, limits and the partition's batch,
+// holding its append for pub when it is set.
+func (q *queue) publish(m Message, now time.Time, done func(Confirm, error), pub *Publisher) {
 	p := q.pick(m.Key)
-	if cfg := q.cfg(); m.ID != "" && cfg.DedupeWindow > 0 {
+	cfg := q.cfg()
+	if pub != nil && (cfg.MaxMessages > 0 || cfg.MaxBytes > 0) {
+		pub.Flush() // admission may wait for what pub holds to be applied
+		pub = nil
+	}
+	if m.ID != "" && cfg.DedupeWindow > 0 {
 		e, dup := q.dedupe.lookup(m.ID, p.idx, now, cfg, func(part int, off uint64, err error) {
 			if err != nil {
 				done(Confirm{}, err)
@@ -112,7 +118,7 @@ func (q *queue) publish(m Message, now time.Time, done func(Confirm, error)) {
 		room = reservation{pubs: 1, pubBytes: size}
 	}
 	rec := publishRecord{At: now, MessageID: m.ID, Key: m.Key, Headers: m.Headers, Body: m.Body}
-	p.publish(rec.recordType(), encodePublish(rec), room, func(res wal.AppendResult, at wal.Boundary, err error) {
+	held := p.publish(rec.recordType(), encodePublish(rec), room, pub != nil, func(res wal.AppendResult, at wal.Boundary, err error) {
 		if reserved {
 			q.admitted() // applied (or failed): the state counts it now
 		}
@@ -125,6 +131,9 @@ func (q *queue) publish(m Message, now time.Time, done func(Confirm, error)) {
 		// (mode.go) may have changed since the publish arrived.
 		done(Confirm{Queue: q.cfg().Name, Partition: p.idx, Offset: res.First, Durability: durabilityOf(at)}, nil)
 	})
+	if held {
+		pub.hold(p)
+	}
 }
 
 // cfg is the declaration in effect.

@@ -591,7 +591,7 @@ func TestDedupe(t *testing.T) {
 			t.Error(err)
 		}
 		later <- c
-	})
+	}, nil)
 	if c := <-later; c.Duplicate || c.Offset == first.Offset {
 		t.Fatalf("publish outside the window: %+v", c)
 	}

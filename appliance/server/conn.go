@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/appliance/wire"
 	"github.com/fibril-edge/fibril/internal/preauth"
 )
@@ -40,6 +41,7 @@ type conn struct {
 	rc   *readClock
 	out  *outbox
 	subs map[uint32]*subscription // reader only
+	pub  *appliance.Publisher     // reader only: the publishes read from one buffer share an append
 
 	stats sessionStats // set at the Hello, before ready (sessions.go)
 
@@ -73,6 +75,7 @@ func newConn(s *Server, nc, raw net.Conn, id uint64) *conn {
 		out:        newOutbox(s.opts.MaxFrame, &s.budget),
 		live:       make(map[*subscription]Consumer),
 		subs:       make(map[uint32]*subscription),
+		pub:        s.b.NewPublisher(),
 		done:       make(chan struct{}),
 		peerBye:    make(chan struct{}),
 		writerDone: make(chan struct{}),
@@ -98,7 +101,14 @@ func (c *conn) serve() {
 		return
 	}
 	c.r.SetBufferSize(wire.DefaultBufferSize)
+	// The publishes read back to back are held and go together once the
+	// buffer holds no whole frame more, before anything that may wait,
+	// before any other request, and when the connection ends.
+	defer c.pub.Flush()
 	for {
+		if !c.r.FrameBuffered() {
+			c.pub.Flush()
+		}
 		if !c.waitRoom() {
 			return
 		}
@@ -109,6 +119,9 @@ func (c *conn) serve() {
 		if err != nil {
 			c.readFailed(err, false)
 			return
+		}
+		if _, ok := f.(*wire.Publish); !ok {
+			c.pub.Flush()
 		}
 		if !c.handle(f) {
 			return
@@ -254,6 +267,7 @@ func (c *conn) waitRoom() bool {
 	if room == nil {
 		return true
 	}
+	c.pub.Flush()
 	t := time.NewTimer(c.s.opts.WriteTimeout)
 	defer t.Stop()
 	for room != nil {

@@ -161,11 +161,11 @@ func (c *conn) publish(f *wire.Publish) bool {
 	}
 	corr := f.Corr
 	m := appliance.Message{ID: f.MessageID, Key: f.Key, Headers: toHeaders(f.Headers), Body: f.Body}
-	publish := c.s.b.PublishAsync
+	publish := c.pub.PublishAsync
 	if cl := c.s.opts.Cluster; cl != nil {
 		publish = func(queue string, m appliance.Message, done func(appliance.Confirm, error)) {
 			if !cl.Forward(queue, m, done) {
-				c.s.b.PublishAsync(queue, m, done)
+				c.pub.PublishAsync(queue, m, done)
 			}
 		}
 	}

@@ -97,3 +97,59 @@ func TestPublishErrors(t *testing.T) {
 	c.send(&wire.Publish{Queue: "q", Body: []byte("x")})
 	c.expectFatal(wire.CodeBadRequest)
 }
+
+// The publishes a connection reads back to back share one append, which
+// starts once no whole frame is left in its buffer, before any other
+// request, and when the connection ends: publishes ahead of a frame that
+// breaks the protocol are kept, as they were before the connection read
+// it.
+func TestPublishesReadTogetherAreKept(t *testing.T) {
+	ts := startServer(t, Options{})
+	c := connect(t, ts.addr, "")
+	c.declare(&wire.Declare{Queue: "q", Durability: wire.DurabilityBuffered})
+	var buf bytes.Buffer
+	w := wire.NewWriter(&buf, wire.Options{})
+	w.SetVersion(wire.Version)
+	const n = 10
+	for i := range n {
+		if err := w.WriteFrame(&wire.Publish{Corr: c.nextCorr(), Queue: "q", Body: []byte(fmt.Sprintf("m%d", i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	buf.Write([]byte{0, 0, 0, 1, 0xee}) // a frame of a type no one knows
+	if _, err := c.nc.Write(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	c.expectClosed()
+	waitFor(t, "the publishes read before the bad frame", func() bool {
+		info, err := ts.b.QueueInfo("q")
+		return err == nil && info.Messages == n
+	})
+
+	// Publishes and a request in one write: the request is answered
+	// after the publishes ahead of it are confirmed.
+	c = connect(t, ts.addr, "")
+	var frames []wire.Frame
+	for i := range n {
+		frames = append(frames, &wire.Publish{Corr: c.nextCorr(), Queue: "q", Body: []byte(fmt.Sprintf("m%d", i))})
+	}
+	c.send(append(frames, &wire.Goodbye{Reason: "done"})...)
+	got := c.expectClosed()
+	confirmed := 0
+	for _, f := range got {
+		switch f.(type) {
+		case *wire.Confirm:
+			confirmed++
+		case *wire.Goodbye:
+			if confirmed != n {
+				t.Fatalf("Goodbye after %d of %d confirms", confirmed, n)
+			}
+		}
+	}
+	if confirmed != n {
+		t.Fatalf("%d confirms, want %d (frames %v)", confirmed, n, got)
+	}
+}
