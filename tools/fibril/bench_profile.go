@@ -17,19 +17,20 @@ import (
 	"github.com/fibril-edge/fibril/tools/internal/daemon"
 )
 
-// "fibril bench fibrild-profiled --cpuprofile FILE [fibrild flags]" runs
+// "fibril bench fibrild-profiled --cpuprofile FILE [--memprofile FILE] [fibrild flags]" runs
 // the daemon (tools/internal/daemon.Run, the code of fibrild) in this process
 // under the CPU profiler, taking fibrild's --config and --section.key
 // flags; the profile is written when it shuts down on SIGTERM.
 func runBenchProfiledFibrild(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := pflag.NewFlagSet("fibril bench fibrild-profiled", pflag.ContinueOnError)
 	profile := fs.String("cpuprofile", "", "write the CPU profile here")
+	memProfile := fs.String("memprofile", "", "also write the allocation profile here at shutdown")
 	configPath := fs.String("config", "", "config file (default: the built-in default)")
 	overrides := map[string]*string{}
 	for _, k := range daemon.Keys() {
 		overrides[k.Name] = fs.String(k.Name, k.Default, k.Help)
 	}
-	if done, err := parseFlags(fs, "Usage: fibril bench fibrild-profiled --cpuprofile FILE [fibrild flags]\n", args, stdout); done || err != nil {
+	if done, err := parseFlags(fs, "Usage: fibril bench fibrild-profiled --cpuprofile FILE [--memprofile FILE] [fibrild flags]\n", args, stdout); done || err != nil {
 		return err
 	}
 	if *profile == "" {
@@ -66,7 +67,24 @@ func runBenchProfiledFibrild(ctx context.Context, args []string, stdout, stderr 
 	}
 	runErr := daemon.Run(ctx, cfg, log)
 	pprof.StopCPUProfile()
-	return errors.Join(runErr, f.Close())
+	return errors.Join(runErr, f.Close(), writeAllocs(*memProfile))
+}
+
+// writeAllocs writes the allocation profile (every allocation sampled since
+// the process started) to path, if one is given.
+func writeAllocs(path string) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("allocation profile: %w", err)
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("allocation profile: %w", err)
+	}
+	return f.Close()
 }
 
 // profileMissed runs the case behind each missed target once more, on a
