@@ -422,6 +422,8 @@ func (b *Broker) queue(name string) (*queue, error) {
 // and applied at once, the caller's own before PublishAsync returns,
 // together with the callbacks of the publishes batched with it. It must
 // not block: the partition applies nothing else while it runs.
+// PublishAsync keeps nothing of m.Body once it returns (the body is
+// copied into the log record): the caller may reuse its memory.
 func (b *Broker) PublishAsync(queueName string, m Message, done func(Confirm, error)) {
 	b.publishAsync(queueName, m, done, nil)
 }

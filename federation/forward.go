@@ -1,6 +1,7 @@
 package federation
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -125,6 +126,7 @@ func (c *Cluster) Forward(queue string, m appliance.Message, done func(appliance
 		done(appliance.Confirm{}, fmt.Errorf("%w: node closing", appliance.ErrUnavailable))
 		return true
 	}
+	m.Body = bytes.Clone(m.Body) // the caller's is valid only until Forward returns
 	ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
 	fw.pending.Add(1)
 	inner := done

@@ -1,6 +1,7 @@
 package federation
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -65,4 +66,46 @@ func TestForwardedPublishesKeepTheirOrder(t *testing.T) {
 		t.Fatalf("after the owner's restart: %d of 50 confirmed", after)
 	}
 	t.Logf("across the owner's restart %d of 400 publishes confirmed, in order", got)
+}
+
+// A publish's body is read in place from the connection's buffer, valid
+// only while the publish is handled: a forwarded one must be stored on
+// the owner as it was sent, with publishes pipelined across many refills
+// of the buffer.
+func TestForwardedBodiesAreStoredAsSent(t *testing.T) {
+	nodes := startNodes(t, 3, nodeOptions{clients: true})
+	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "bodies", Durability: appliance.Buffered}, "")
+	via := nodes.other(owner)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl := via.dial(t, ctx)
+	const n = 1000
+	bodyOf := func(i int) []byte { return bytes.Repeat([]byte(fmt.Sprintf("<%05d>", i)), 100+i%150) }
+	futures := make([]*client.Future, n)
+	for i := range n {
+		futures[i] = cl.PublishAsyncContext(ctx, "bodies", client.Message{Body: bodyOf(i)})
+	}
+	for i, f := range futures {
+		if _, err := f.Wait(ctx); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	cons, err := owner.dial(t, ctx).Consume(ctx, "bodies", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	for i := range n {
+		select {
+		case d := <-cons.Messages():
+			if !bytes.Equal(d.Body, bodyOf(i)) {
+				t.Fatalf("message %d stored as %.40q..., sent as %.40q...", i, d.Body, bodyOf(i))
+			}
+			if err := d.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%d of %d messages delivered", i, n)
+		}
+	}
 }

@@ -18,7 +18,8 @@ type Cluster interface {
 	// return.
 	Declare(ctx context.Context, c appliance.QueueConfig) (appliance.DeclareResult, error)
 	// Forward publishes m to the node serving queue and reports whether it
-	// did; false when this node serves the queue or no node does.
+	// did; false when this node serves the queue or no node does. m.Body
+	// is valid only until Forward returns: it copies what it keeps.
 	Forward(queue string, m appliance.Message, done func(appliance.Confirm, error)) bool
 	// Consume subscribes to queue on the node serving it, calling
 	// o.Deliver for each delivery, and reports whether it did (false: this

@@ -81,7 +81,10 @@ func newConn(s *Server, nc, raw net.Conn, id uint64) *conn {
 		writerDone: make(chan struct{}),
 	}
 	c.rc = &readClock{nc: nc, frameTimeout: s.opts.FrameTimeout}
-	c.r = wire.NewReader(c.rc, wire.Options{MaxFrame: s.opts.MaxFrame, BufferSize: preHelloBuffer})
+	// A publish's body is done with once the broker has encoded its
+	// record, before the next frame is read: it is not copied out of the
+	// read buffer (Broker.PublishAsync, Cluster.Forward).
+	c.r = wire.NewReader(c.rc, wire.Options{MaxFrame: s.opts.MaxFrame, BufferSize: preHelloBuffer, BorrowPublishBodies: true})
 	return c
 }
 

@@ -153,3 +153,43 @@ func TestPublishesReadTogetherAreKept(t *testing.T) {
 		t.Fatalf("%d confirms, want %d (frames %v)", confirmed, n, got)
 	}
 }
+
+// A publish's body is read in place from the connection's buffer, which
+// the next frames overwrite: every message must be stored as it was sent,
+// with publishes pipelined across many refills of the buffer.
+func TestPipelinedBodiesAreStoredAsSent(t *testing.T) {
+	ts := startServer(t, Options{})
+	c := connect(t, ts.addr, "")
+	c.declare(&wire.Declare{Queue: "q", Durability: wire.DurabilityBuffered})
+	const n = 2000
+	bodyOf := func(i int) []byte { // 700 to 2,699 bytes, each of its own
+		return bytes.Repeat([]byte(fmt.Sprintf("<%05d>", i)), 100+i%286)
+	}
+	sent := make(chan struct{})
+	go func() { // the confirms are read below, while the publishes go out
+		defer close(sent)
+		for i := range n {
+			if err := c.w.WriteFrame(&wire.Publish{Corr: uint64(i + 100), Queue: "q", Body: bodyOf(i)}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		if err := c.w.Flush(); err != nil {
+			t.Error(err)
+		}
+	}()
+	for range n {
+		if _, ok := c.read().(*wire.Confirm); !ok {
+			t.Fatal("want a Confirm")
+		}
+	}
+	<-sent
+	c.subscribe(1, "q", 100)
+	for i := range n {
+		d := c.deliver()
+		if !bytes.Equal(d.Body, bodyOf(i)) {
+			t.Fatalf("message %d stored as %.40q..., sent as %.40q...", i, d.Body, bodyOf(i))
+		}
+		c.send(&wire.Ack{SubID: 1, Tags: []uint64{d.Tag}})
+	}
+}

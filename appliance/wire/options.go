@@ -28,6 +28,13 @@ type Options struct {
 	// bytes at which a Writer flushes by itself. Frames up to this size are
 	// decoded straight from the read buffer. Default 64 KiB; at least 16.
 	BufferSize int
+	// BorrowPublishBodies makes a Reader decode the Body of a Publish
+	// read from its buffer as a slice of that buffer, valid only until
+	// the next ReadFrame, instead of a copy: for a caller that is done
+	// with each publish's body before it reads on (the server, whose
+	// broker copies the body into its log record). A frame larger than
+	// the buffer owns its body all the same. Default false.
+	BorrowPublishBodies bool
 }
 
 // Validate reports a value out of range. NewReader and NewWriter clamp

@@ -17,21 +17,24 @@ const readChunk = 64 << 10
 // Reader reads frames from a connection through a bufio.Reader.
 //
 // A frame up to the buffer size is decoded straight from the read buffer,
-// copying what it keeps. A larger one is read into a buffer of its own,
-// which the decoded frame's byte slices (Body) point into and which the
-// Reader never reuses. Either way a frame owns its memory.
+// copying what it keeps (but a Publish's Body with
+// Options.BorrowPublishBodies). A larger one is read into a buffer of its
+// own, which the decoded frame's byte slices (Body) point into and which
+// the Reader never reuses.
 type Reader struct {
 	src      io.Reader // what br reads from
 	br       *bufio.Reader
 	maxFrame int
 	version  uint16 // the layout frames are decoded in
+	borrow   bool   // Options.BorrowPublishBodies
 }
 
 // NewReader returns a Reader over r. If r is a *bufio.Reader at least
 // opts.BufferSize large it is used as is. Out-of-range options are clamped.
 func NewReader(r io.Reader, opts Options) *Reader {
 	o := opts.withDefaults()
-	return &Reader{src: r, br: bufio.NewReaderSize(r, o.BufferSize), maxFrame: o.MaxFrame, version: Version}
+	return &Reader{src: r, br: bufio.NewReaderSize(r, o.BufferSize), maxFrame: o.MaxFrame, version: Version,
+		borrow: o.BorrowPublishBodies}
 }
 
 // SetVersion makes the Reader decode frames in version v's layout (from
@@ -125,7 +128,7 @@ func (r *Reader) decodeBuffered(t FrameType, n int) (Frame, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wire: read %s body of %d bytes: %w", t, n, noEOF(err))
 	}
-	f, err := decode(t, body, false, r.version)
+	f, err := decode(t, body, r.borrow && t == TypePublish, r.version)
 	r.br.Discard(n)
 	return f, err
 }

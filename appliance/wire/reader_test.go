@@ -117,6 +117,49 @@ func TestOptionsValidate(t *testing.T) {
 }
 
 // Reading a small frame allocates the frame and nothing else.
+// With BorrowPublishBodies a Publish read from the buffer keeps its Body
+// there: nothing is allocated for it, and it holds the frame's bytes until
+// the next read. A frame larger than the buffer still owns its body.
+func TestReaderBorrowsPublishBodies(t *testing.T) {
+	small := &Publish{Corr: 1, Queue: "q", Body: bytes.Repeat([]byte("b"), 1000)}
+	r := NewReader(&repeatReader{data: mustEncode(t, small)}, Options{BorrowPublishBodies: true})
+	var body []byte
+	allocs := testing.AllocsPerRun(100, func() {
+		f, err := r.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		body = f.(*Publish).Body
+	})
+	if !bytes.Equal(body, small.Body) {
+		t.Fatalf("borrowed body %q", body)
+	}
+	if allocs > 2 { // the frame and its queue name
+		t.Fatalf("%v allocations per Publish read with a borrowed body, want at most 2", allocs)
+	}
+
+	var conn bytes.Buffer
+	w := NewWriter(&conn, Options{})
+	large := &Publish{Corr: 2, Queue: "q", Body: bytes.Repeat([]byte("L"), 300)}
+	for _, f := range []Frame{large, &Publish{Corr: 3, Queue: "q", Body: bytes.Repeat([]byte("x"), 300)}} {
+		if err := w.WriteFrame(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Flush()
+	r = NewReader(bytes.NewReader(conn.Bytes()), Options{BufferSize: 64, BorrowPublishBodies: true})
+	f, err := r.ReadFrame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ReadFrame(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(f.(*Publish).Body, large.Body) {
+		t.Fatal("a frame larger than the buffer lost its body to the next read")
+	}
+}
+
 func TestReadFrameAllocs(t *testing.T) {
 	cases := []struct {
 		frame Frame
