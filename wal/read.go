@@ -114,17 +114,12 @@ func (l *Log) read(from, limit uint64, maxBytes int) ([]Record, error) {
 	return out, nil
 }
 
-// cached returns offset's record from the tail cache after checking it.
+// cached returns offset's record from the tail cache.
 func (l *Log) cached(offset uint64) (Record, bool) {
 	if l.cache == nil {
 		return Record{}, false
 	}
-	b, ok := l.cache.get(offset)
-	if !ok {
-		return Record{}, false
-	}
-	rec, _, status, _ := decodeRecord(b, offset, l.opts.MaxRecordSize)
-	return rec, status == decodeOK
+	return l.cache.get(offset)
 }
 
 // readSegment reads a run of records starting at offset from the segment

@@ -46,19 +46,20 @@ type ReadCache struct {
 // was handed in before it.
 type cacheOp struct {
 	gen, id uint64
-	recs    *[tailBlockLen][]byte // read-only; nil: take the block out
+	recs    *[tailBlockLen]Record // read-only; nil: take the block out
 	flush   chan struct{}
 }
 
-// cachedBlock holds the encoded records of the tailBlockLen offsets of
-// block id of generation gen that were read or written (nil where not).
+// cachedBlock holds the records of the tailBlockLen offsets of block id of
+// generation gen that were written (Type 0 where not), their payloads in
+// one buffer of the block's own.
 type cachedBlock struct {
 	gen, id uint64
-	recs    [tailBlockLen][]byte
+	recs    [tailBlockLen]Record
 }
 
-// cacheBlockOverhead is what a block costs beside its records' bytes.
-const cacheBlockOverhead = 16 + tailBlockLen*24
+// cacheBlockOverhead is what a block costs beside its records' payloads.
+const cacheBlockOverhead = 16 + tailBlockLen*40
 
 // ReadCacheStats are a read cache's counters since it was made.
 type ReadCacheStats struct {
@@ -175,10 +176,10 @@ func (r *ReadCache) hand(op cacheOp) bool {
 	}
 }
 
-// offer hands in block id of generation gen: recs holds the encoded
-// records of its offsets that are known (nil elsewhere), and must not
-// change from now on.
-func (r *ReadCache) offer(gen, id uint64, recs *[tailBlockLen][]byte) {
+// offer hands in block id of generation gen: recs holds the records of
+// its offsets that are known (Type 0 elsewhere), and must not change from
+// now on.
+func (r *ReadCache) offer(gen, id uint64, recs *[tailBlockLen]Record) {
 	r.offered.Add(1)
 	if !r.hand(cacheOp{gen: gen, id: id, recs: recs}) {
 		r.refused.Add(1)
@@ -219,31 +220,34 @@ func (r *ReadCache) block(gen, id uint64) *cachedBlock {
 	return b
 }
 
-// put copies recs (see offer) into one buffer, with what the cache holds
-// of the block already, and sets the block. On the cache's goroutine.
-func (r *ReadCache) put(gen, id uint64, recs *[tailBlockLen][]byte) {
+// put copies the payloads of recs (see offer) into one buffer, with what
+// the cache holds of the block already, and sets the block. On the cache's
+// goroutine.
+func (r *ReadCache) put(gen, id uint64, recs *[tailBlockLen]Record) {
 	all := *recs
 	if old, ok := r.c.Get(r.key(gen, id)); ok && old.gen == gen && old.id == id {
 		for i, rec := range old.recs {
-			if all[i] == nil {
+			if all[i].Type == 0 {
 				all[i] = rec
 			}
 		}
 	}
-	size := 0
+	size, held := 0, false
 	for _, rec := range all {
-		size += len(rec)
+		size += len(rec.Payload)
+		held = held || rec.Type != 0
 	}
-	if size == 0 {
+	if !held {
 		return
 	}
 	b := &cachedBlock{gen: gen, id: id}
 	buf := make([]byte, 0, size)
 	for i, rec := range all {
-		if rec != nil {
+		if rec.Type != 0 {
 			at := len(buf)
-			buf = append(buf, rec...)
-			b.recs[i] = buf[at:len(buf):len(buf)]
+			buf = append(buf, rec.Payload...)
+			rec.Payload = buf[at:len(buf):len(buf)]
+			b.recs[i] = rec
 		}
 	}
 	if !r.c.Set(r.key(gen, id), b, cacheBlockOverhead+int64(size)) {
@@ -268,12 +272,8 @@ func (l *Log) fromReadCache(blk **cachedBlock, offset uint64) (Record, bool) {
 			return Record{}, false
 		}
 	}
-	b := (*blk).recs[offset&(tailBlockLen-1)]
-	if b == nil {
-		return Record{}, false
-	}
-	rec, _, status, _ := decodeRecord(b, offset, l.opts.MaxRecordSize)
-	return rec, status == decodeOK
+	rec := (*blk).recs[offset&(tailBlockLen-1)]
+	return rec, rec.Type != 0 && rec.Offset == offset
 }
 
 // noteRead lowers readLow to a read's first offset.

@@ -280,8 +280,8 @@ func TestReadCacheCloseWhileInUse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var recs [tailBlockLen][]byte
-		recs[0] = []byte("x")
+		var recs [tailBlockLen]Record
+		recs[0] = Record{Type: 1, Payload: []byte("x")}
 		var wg sync.WaitGroup
 		stop := make(chan struct{})
 		for g := range 4 {

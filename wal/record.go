@@ -23,7 +23,9 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Entry is one record to append: a non-zero type and its payload.
+// Entry is one record to append: a non-zero type and its payload. The log
+// keeps the payload once the append is handed in (its tail cache serves
+// readers from it): it must not change from then on.
 type Entry struct {
 	Type    byte
 	Payload []byte

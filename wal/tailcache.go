@@ -1,9 +1,6 @@
 package wal
 
-import (
-	"bytes"
-	"sync"
-)
+import "sync"
 
 // The tail cache keeps recently written records so that readers right
 // behind the writer are served without a pread. Records are grouped in
@@ -21,11 +18,13 @@ const (
 	tailBlockLen   = 1 << tailBlockShift
 )
 
-// tailBlock holds the encoded records of tailBlockLen consecutive offsets.
+// tailBlock holds the records of tailBlockLen consecutive offsets (Type 0
+// where it holds none). The payloads are the appenders' own, which do not
+// change once appended (Entry).
 type tailBlock struct {
 	mu   sync.RWMutex // guards recs
-	recs [tailBlockLen][]byte
-	cost int64 // bytes held; guarded by tailCache.mu
+	recs [tailBlockLen]Record
+	cost int64 // bytes held, as encoded in a segment; guarded by tailCache.mu
 }
 
 type tailCache struct {
@@ -51,23 +50,17 @@ func newTailCache(budget int64) (*tailCache, error) {
 	return &tailCache{budget: budget}, nil
 }
 
-// put caches the records just written: buf holds them back to back, starts
-// says where each begins, and the first carries offset first. Called by the
+// put caches the records just written, in offset order. Called by the
 // writer goroutine only.
-func (t *tailCache) put(first uint64, buf []byte, starts []int) {
-	cp := bytes.Clone(buf)
-	for i := 0; i < len(starts); {
-		id := (first + uint64(i)) >> tailBlockShift
-		b := t.blockFor(first + uint64(i))
+func (t *tailCache) put(recs []Record) {
+	for i := 0; i < len(recs); {
+		id := recs[i].Offset >> tailBlockShift
+		b := t.blockFor(recs[i].Offset)
 		var added int64
 		b.mu.Lock()
-		for ; i < len(starts) && (first+uint64(i))>>tailBlockShift == id; i++ {
-			end := len(cp)
-			if i+1 < len(starts) {
-				end = starts[i+1]
-			}
-			b.recs[(first+uint64(i))&(tailBlockLen-1)] = cp[starts[i]:end:end]
-			added += int64(end - starts[i])
+		for ; i < len(recs) && recs[i].Offset>>tailBlockShift == id; i++ {
+			b.recs[recs[i].Offset&(tailBlockLen-1)] = recs[i]
+			added += int64(encodedSize(len(recs[i].Payload)))
 		}
 		b.mu.Unlock()
 		t.mu.Lock()
@@ -128,20 +121,20 @@ func (t *tailCache) from() (uint64, bool) {
 	return t.low, len(t.blocks) > 0
 }
 
-// get returns offset's encoded record if the cache holds it.
-func (t *tailCache) get(offset uint64) ([]byte, bool) {
+// get returns offset's record if the cache holds it.
+func (t *tailCache) get(offset uint64) (Record, bool) {
 	id := offset >> tailBlockShift
 	t.mu.RLock()
 	if id < t.first || id-t.first >= uint64(len(t.blocks)) {
 		t.mu.RUnlock()
-		return nil, false
+		return Record{}, false
 	}
 	b := t.blocks[id-t.first]
 	t.mu.RUnlock()
 	b.mu.RLock()
 	rec := b.recs[offset&(tailBlockLen-1)]
 	b.mu.RUnlock()
-	return rec, rec != nil
+	return rec, rec.Type != 0
 }
 
 func (t *tailCache) close() {

@@ -19,13 +19,11 @@ func TestTailCacheBudget(t *testing.T) {
 			for next < n {
 				// Batches of 1 to 7 records, as group writes hand them over.
 				k := min(int(next%7)+1, n-int(next))
-				var buf []byte
-				var starts []int
+				recs := make([]Record, k)
 				for i := range k {
-					starts = append(starts, len(buf))
-					buf = append(buf, payload(int(next)+i, tc.recSize)...)
+					recs[i] = Record{Offset: next + uint64(i), Type: 1, Payload: payload(int(next)+i, tc.recSize)}
 				}
-				c.put(next, buf, starts)
+				c.put(recs)
 				next += uint64(k)
 				c.mu.RLock()
 				cost := c.cost
@@ -42,7 +40,7 @@ func TestTailCacheBudget(t *testing.T) {
 					continue
 				}
 				hits++
-				if string(rec) != string(payload(o, tc.recSize)) {
+				if rec.Offset != uint64(o) || string(rec.Payload) != string(payload(o, tc.recSize)) {
 					t.Fatalf("record %d from the cache differs", o)
 				}
 			}

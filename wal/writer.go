@@ -48,7 +48,7 @@ type writer struct {
 	reserved     int64  // end of the space reserved in the active segment (reserve)
 	next         uint64 // next offset to assign; equals WrittenNext between events
 	buf          []byte // staging buffer: encoded but not yet written
-	starts       []int  // record starts in buf
+	recs         []Record // the records staged in buf, their payloads the entries' own
 	pendIndex    []indexEntry
 	lastIndexPos int64
 	group        []*Completion // encoded into buf or waiting on it, in offset order
@@ -231,7 +231,7 @@ func (w *writer) encode(c *Completion) {
 			w.pendIndex = append(w.pendIndex, indexEntry{offset: w.next, pos: recPos})
 			w.lastIndexPos = recPos
 		}
-		w.starts = append(w.starts, len(w.buf))
+		w.recs = append(w.recs, Record{Offset: w.next, Type: e.Type, Payload: e.Payload})
 		w.buf = appendRecord(w.buf, w.next, e.Type, e.Payload)
 		w.next++
 	}
@@ -261,7 +261,7 @@ func (w *writer) flush() {
 		w.pos += int64(len(w.buf))
 		w.writtenBytes += int64(len(w.buf))
 		w.st.Writes++
-		w.st.Records += uint64(len(w.starts))
+		w.st.Records += uint64(len(w.recs))
 		if len(w.pendIndex) > 0 {
 			w.active.mu.Lock()
 			w.active.addIndexLocked(w.pendIndex)
@@ -286,7 +286,8 @@ func (w *writer) flush() {
 
 func (w *writer) resetStaging() {
 	w.buf = w.buf[:0]
-	w.starts = w.starts[:0]
+	clear(w.recs) // the payloads are the callers'
+	w.recs = w.recs[:0]
 	w.pendIndex = w.pendIndex[:0]
 	clear(w.group)
 	w.group = w.group[:0]
@@ -295,7 +296,7 @@ func (w *writer) resetStaging() {
 // cacheWritten puts the records just written into the tail cache.
 func (w *writer) cacheWritten() {
 	if w.l.cache != nil {
-		w.l.cache.put(w.next-uint64(len(w.starts)), w.buf, w.starts)
+		w.l.cache.put(w.recs)
 	}
 }
 
