@@ -55,12 +55,20 @@ type pubReq struct {
 }
 
 // publish adds one encoded publish record, of type typ, holding room in
-// the queue's limits, to the partition's batch. With hold, an append it
-// would start at once is left to release, and publish reports that it is
-// (a Publisher's publish; a full batch goes at once all the same).
-func (p *partition) publish(typ byte, rec []byte, room reservation, hold bool, done func(wal.AppendResult, wal.Boundary, error)) (held bool) {
+// the queue's limits, to the partition's batch. For a Publisher's publish
+// (pub set), an append it would start at once is left to release, and
+// publish reports that it is (a full batch goes at once all the same); pub
+// is flushed before publish waits for room.
+func (p *partition) publish(typ byte, rec []byte, room reservation, pub *Publisher, done func(wal.AppendResult, wal.Boundary, error)) (held bool) {
 	gap := p.q.b.publishGap(p.q.cfg().Durability)
+	hold := pub != nil
 	p.batch.mu.Lock()
+	if hold && !p.batch.closed && p.pendingFullLocked() {
+		// What pub holds elsewhere must not wait for this partition.
+		p.batch.mu.Unlock()
+		pub.Flush()
+		p.batch.mu.Lock()
+	}
 	for !p.batch.closed && p.pendingFullLocked() {
 		p.batch.room.Wait()
 	}

@@ -50,7 +50,7 @@ func TestHeldReplayBeforeDirectApply(t *testing.T) {
 	errs := make(chan error, 2)
 	for i := 3; i < 5; i++ { // nothing yields between the open and these
 		typ, payload := rec(i)
-		p.publish(typ, payload, reservation{}, false, func(_ wal.AppendResult, _ wal.Boundary, err error) { errs <- err })
+		p.publish(typ, payload, reservation{}, nil, func(_ wal.AppendResult, _ wal.Boundary, err error) { errs <- err })
 	}
 	for range 2 {
 		select {

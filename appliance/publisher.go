@@ -22,9 +22,10 @@ const maxHeld = 64
 func (b *Broker) NewPublisher() *Publisher { return &Publisher{b: b} }
 
 // PublishAsync is Broker.PublishAsync, but an append it would start at once
-// waits for Flush, unless the batch is full. A publish to a queue with
-// limits flushes first and is not held: its admission may wait for the
-// publishes held before it.
+// waits for Flush, unless the batch is full. Before anything in it waits
+// (a partition's pending batches at their bound), it flushes. A publish to
+// a queue with limits flushes first and is not held: its admission may
+// wait for the publishes held before it, and others' for it.
 func (p *Publisher) PublishAsync(queueName string, m Message, done func(Confirm, error)) {
 	p.b.publishAsync(queueName, m, done, p)
 	if p.n >= maxHeld {
@@ -32,12 +33,16 @@ func (p *Publisher) PublishAsync(queueName string, m Message, done func(Confirm,
 	}
 }
 
-// Flush starts the appends of the publishes held.
+// Flush starts the appends of the publishes held. Each partition leaves
+// the list before its append starts, so a callback that panics on the way
+// leaves the others for the next Flush.
 func (p *Publisher) Flush() {
-	held := p.held
-	p.held, p.n = held[:0], 0
-	for i, part := range held {
-		held[i] = nil
+	p.n = 0
+	for len(p.held) > 0 {
+		last := len(p.held) - 1
+		part := p.held[last]
+		p.held[last] = nil
+		p.held = p.held[:last]
 		part.release()
 	}
 }

@@ -142,3 +142,52 @@ func TestPublisherDoesNotHoldForALimitedQueue(t *testing.T) {
 		t.Fatalf("capped queue holds %d messages, want 2", in.Messages)
 	}
 }
+
+// A Publisher that must wait for room in one partition (its pending
+// batches at their bound behind an append stuck in the disk) first starts
+// the appends it holds for others: they must not wait for that partition.
+func TestPublisherFlushesBeforeItWaits(t *testing.T) {
+	ctx := testCtx(t)
+	var armed atomic.Bool
+	gate := make(chan struct{})
+	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if armed.Load() && (op.Kind == errorfs.OpFileWrite || op.Kind == errorfs.OpFileWriteAt) &&
+			strings.Contains(op.Path, "/queues/stuck/") && strings.HasSuffix(op.Path, ".seg") {
+			<-gate
+		}
+		return nil
+	}))
+	b := openBroker(t, fs, "data", Options{CheckpointDelay: time.Hour})
+	defer b.Close()
+	declare(t, ctx, b, QueueConfig{Name: "free", Durability: Buffered})
+	declare(t, ctx, b, QueueConfig{Name: "stuck", Durability: Buffered})
+	armed.Store(true)
+	stuck := make(confirms, 4*maxPublishBatch+2)
+	go b.PublishAsync("stuck", Message{Body: body(0)}, stuck.done(t)) // its append waits at the gate
+	waitFor(t, ctx, "the first append to wait in the disk", func() bool {
+		q, err := b.queue("stuck")
+		if err != nil {
+			return false
+		}
+		p := q.parts[0]
+		p.batch.mu.Lock()
+		defer p.batch.mu.Unlock()
+		return p.batch.flushing && len(p.batch.pending) == 0
+	})
+	for i := range 4 * maxPublishBatch { // the pending bound, behind it
+		b.PublishAsync("stuck", Message{Body: body(i + 1)}, stuck.done(t))
+	}
+
+	pub := b.NewPublisher()
+	free := make(confirms, 1)
+	pub.PublishAsync("free", Message{Body: body(0)}, free.done(t))
+	go pub.PublishAsync("stuck", Message{Body: body(-1)}, stuck.done(t)) // waits for room
+	select {
+	case <-free:
+	case <-time.After(20 * time.Second):
+		close(gate)
+		t.Fatal("a held publish waited for another partition's room")
+	}
+	close(gate)
+	stuck.take(t, 4*maxPublishBatch+2)
+}

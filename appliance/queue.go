@@ -116,9 +116,13 @@ func (q *queue) publish(m Message, now time.Time, done func(Confirm, error), pub
 	var room reservation
 	if reserved {
 		room = reservation{pubs: 1, pubBytes: size}
+		if pub != nil { // limits declared since cfg was read: others' admissions wait for it
+			pub.Flush()
+			pub = nil
+		}
 	}
 	rec := publishRecord{At: now, MessageID: m.ID, Key: m.Key, Headers: m.Headers, Body: m.Body}
-	held := p.publish(rec.recordType(), encodePublish(rec), room, pub != nil, func(res wal.AppendResult, at wal.Boundary, err error) {
+	held := p.publish(rec.recordType(), encodePublish(rec), room, pub, func(res wal.AppendResult, at wal.Boundary, err error) {
 		if reserved {
 			q.admitted() // applied (or failed): the state counts it now
 		}

@@ -69,6 +69,29 @@ func (c *Cluster) Owner(queue string) (id, addr string, ok bool) {
 	return id, addr, ok
 }
 
+// Local reports, without waiting, whether this node's broker serves queue
+// with nothing under way that a publish would wait for or be forwarded
+// through: Forward would return false at once. (A queue this node keeps
+// local, or one the cluster assigned it, settled, its broker serving it,
+// and no earlier publish still being forwarded.)
+func (c *Cluster) Local(queue string) bool {
+	if c.forwarding(queue) {
+		return false
+	}
+	if c.isLocal(queue) {
+		return true
+	}
+	if c.handingOver(queue) != nil || !c.serving(queue) {
+		return false
+	}
+	mine := false
+	c.node.read(func(s *control.State) {
+		as := s.Assignments[queue]
+		mine = len(as) > 0 && !as[0].Sealing && as[0].Owner == c.node.opts.ID
+	})
+	return mine
+}
+
 // serving reports whether the local broker serves queue.
 func (c *Cluster) serving(queue string) bool {
 	c.fo.mu.Lock()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/appliance/client"
+	"github.com/fibril-edge/fibril/internal/await"
 )
 
 // One connection publishing through a node that does not own the queue
@@ -107,5 +108,20 @@ func TestForwardedBodiesAreStoredAsSent(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("%d of %d messages delivered", i, n)
 		}
+	}
+}
+
+// Local says a publish goes to this node's broker at once only on the
+// queue's owner: elsewhere, and for a queue no node has, Forward decides
+// (and may wait).
+func TestLocalOnlyOnTheOwner(t *testing.T) {
+	nodes := startNodes(t, 3, nodeOptions{clients: true})
+	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "here", Durability: appliance.Buffered}, "")
+	await.Within(t, 30*time.Second, "the owner to serve the queue locally", func() bool { return owner.cluster.Local("here") })
+	if via := nodes.other(owner); via.cluster.Local("here") {
+		t.Fatalf("%s, which does not own the queue, calls it local", via.id)
+	}
+	if owner.cluster.Local("nowhere") {
+		t.Fatal("a queue no node has is local")
 	}
 }

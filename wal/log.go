@@ -169,7 +169,8 @@ func (l *Log) Append(ctx context.Context, entries []Entry, d Boundary) (AppendRe
 // caller's goroutine (one write(), so an AfterFlush append is done when
 // it returns); when the writer is busy it waits for it to take them, and
 // longer while the byte bound holds appends. The entries' payloads must
-// not change until the completion is done.
+// not change from now on: the tail cache serves readers from them
+// (Entry).
 func (l *Log) AppendAsync(entries []Entry, d Boundary) *Completion {
 	return l.appendAsync(context.Background(), entries, d)
 }

@@ -21,6 +21,10 @@ type Cluster interface {
 	// did; false when this node serves the queue or no node does. m.Body
 	// is valid only until Forward returns: it copies what it keeps.
 	Forward(queue string, m appliance.Message, done func(appliance.Confirm, error)) bool
+	// Local reports, without waiting, that this node serves queue and
+	// Forward would return false at once; false says Forward may wait
+	// (a queue unknown here, moving, or recovering) or forward.
+	Local(queue string) bool
 	// Consume subscribes to queue on the node serving it, calling
 	// o.Deliver for each delivery, and reports whether it did (false: this
 	// node serves the queue or no node does). partitions is the queue's

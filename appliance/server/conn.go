@@ -192,6 +192,7 @@ func (c *conn) idleDeadline() time.Time {
 // readFailed logs why reading stopped and, for a protocol violation,
 // answers it.
 func (c *conn) readFailed(err error, inHello bool) {
+	c.pub.Flush() // the publishes read before it are appended, and confirmed if they can be
 	var ne net.Error
 	select {
 	case <-c.done:
@@ -230,6 +231,7 @@ func (c *conn) readFailed(err error, inHello bool) {
 // violation answers a protocol violation with Error{Corr 0} and ends the
 // connection.
 func (c *conn) violation(code wire.ErrorCode, msg string) {
+	c.pub.Flush() // on the reader, like every caller: the publishes read before it go first
 	c.log.Warn("protocol violation; closing connection", "code", code, "err", msg)
 	c.closeWith(code, msg)
 }

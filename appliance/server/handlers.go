@@ -164,6 +164,13 @@ func (c *conn) publish(f *wire.Publish) bool {
 	publish := c.pub.PublishAsync
 	if cl := c.s.opts.Cluster; cl != nil {
 		publish = func(queue string, m appliance.Message, done func(appliance.Confirm, error)) {
+			if cl.Local(queue) {
+				c.pub.PublishAsync(queue, m, done)
+				return
+			}
+			// Forward may wait; what is held goes first, so it waits for
+			// nothing and keeps its place ahead of this publish.
+			c.pub.Flush()
 			if !cl.Forward(queue, m, done) {
 				c.pub.PublishAsync(queue, m, done)
 			}

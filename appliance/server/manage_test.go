@@ -153,6 +153,8 @@ func (*fakeCluster) Forward(string, appliance.Message, func(appliance.Confirm, e
 	return false
 }
 
+func (*fakeCluster) Local(string) bool { return false }
+
 func (*fakeCluster) Consume(context.Context, string, appliance.SubscribeOptions) (Consumer, int, bool, error) {
 	return nil, 0, false, nil
 }

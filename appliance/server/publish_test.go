@@ -123,7 +123,17 @@ func TestPublishesReadTogetherAreKept(t *testing.T) {
 	if _, err := c.nc.Write(buf.Bytes()); err != nil {
 		t.Fatal(err)
 	}
-	c.expectClosed()
+	// Buffered publishes are confirmed when written: each confirm goes
+	// out before the Error that ends the connection.
+	closing := c.expectClosed()
+	if len(closing) != n+1 {
+		t.Fatalf("before the close: %v, want %d confirms and the Error", closing, n)
+	}
+	for i, f := range closing[:n] {
+		if _, ok := f.(*wire.Confirm); !ok {
+			t.Fatalf("frame %d before the close is %#v, want a Confirm", i, f)
+		}
+	}
 	waitFor(t, "the publishes read before the bad frame", func() bool {
 		info, err := ts.b.QueueInfo("q")
 		return err == nil && info.Messages == n
