@@ -44,10 +44,10 @@ type writer struct {
 	stopped bool
 
 	active       *segment
-	pos          int64  // write position in the active segment
-	reserved     int64  // end of the space reserved in the active segment (reserve)
-	next         uint64 // next offset to assign; equals WrittenNext between events
-	buf          []byte // staging buffer: encoded but not yet written
+	pos          int64    // write position in the active segment
+	reserved     int64    // end of the space reserved in the active segment (reserve)
+	next         uint64   // next offset to assign; equals WrittenNext between events
+	buf          []byte   // staging buffer: encoded but not yet written
 	recs         []Record // the records staged in buf, their payloads the entries' own
 	pendIndex    []indexEntry
 	lastIndexPos int64
