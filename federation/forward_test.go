@@ -13,17 +13,24 @@ import (
 	"github.com/fibril-edge/fibril/internal/await"
 )
 
+// throughAnother starts three nodes, declares cfg through n1 and returns
+// the queue's owner, a client connected to another node, and a context
+// for the test's requests.
+func throughAnother(t *testing.T, cfg appliance.QueueConfig) (*clusterNode, *client.Client, context.Context) {
+	t.Helper()
+	nodes := startNodes(t, 3, nodeOptions{clients: true})
+	owner := nodes.declare(t, "n1", cfg, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return owner, nodes.other(owner).dial(t, ctx), ctx
+}
+
 // One connection publishing through a node that does not own the queue
 // sees its confirms in its own publish order, as it would on the owner:
 // with no fault, and while the owner restarts (publishes the restart cut
 // off fail; those confirmed still come in order).
 func TestForwardedPublishesKeepTheirOrder(t *testing.T) {
-	nodes := startNodes(t, 3, nodeOptions{clients: true})
-	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "ordered", Durability: appliance.Durable}, "")
-	via := nodes.other(owner)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cl := via.dial(t, ctx)
+	owner, cl, ctx := throughAnother(t, appliance.QueueConfig{Name: "ordered", Durability: appliance.Durable})
 
 	publish := func(phase string, n int, during func()) (confirmed int) {
 		futures := make([]*client.Future, n)
@@ -74,12 +81,7 @@ func TestForwardedPublishesKeepTheirOrder(t *testing.T) {
 // the owner as it was sent, with publishes pipelined across many refills
 // of the buffer.
 func TestForwardedBodiesAreStoredAsSent(t *testing.T) {
-	nodes := startNodes(t, 3, nodeOptions{clients: true})
-	owner := nodes.declare(t, "n1", appliance.QueueConfig{Name: "bodies", Durability: appliance.Buffered}, "")
-	via := nodes.other(owner)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cl := via.dial(t, ctx)
+	owner, cl, ctx := throughAnother(t, appliance.QueueConfig{Name: "bodies", Durability: appliance.Buffered})
 	const n = 1000
 	bodyOf := func(i int) []byte { return bytes.Repeat([]byte(fmt.Sprintf("<%05d>", i)), 100+i%150) }
 	futures := make([]*client.Future, n)
