@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/fibril-edge/fibril/wal"
 )
@@ -606,16 +605,10 @@ func (b *Broker) Close() error {
 	// syncs overlap: a shutdown with many queues does not pay each one's
 	// syncs in a row.
 	list := slices.Collect(maps.Values(queues))
-	errs := make([]error, len(list), len(list)+1)
-	var g errgroup.Group
-	g.SetLimit(checkpointWorkers)
-	for i, q := range list {
-		g.Go(func() error {
-			_, errs[i] = q.close(b)
-			return nil
-		})
-	}
-	g.Wait()
+	errs := inParallel(len(list), func(i int) error {
+		_, err := list[i].close(b)
+		return err
+	})
 	b.bg.Wait() // what they publish or settle now fails as closed
 	if b.cache != nil {
 		b.cache.Close()

@@ -70,12 +70,18 @@ func (b *Broker) checkpointDirty() {
 // checkpointEach checkpoints parts, checkpointWorkers at a time, and
 // returns each one's error in its place.
 func (b *Broker) checkpointEach(parts []*partition) []error {
-	errs := make([]error, len(parts))
+	return inParallel(len(parts), func(i int) error { return b.checkpointPartition(parts[i]) })
+}
+
+// inParallel runs f(0) to f(n-1), checkpointWorkers at a time, and returns
+// each call's error in its place.
+func inParallel(n int, f func(i int) error) []error {
+	errs := make([]error, n)
 	var g errgroup.Group
 	g.SetLimit(checkpointWorkers)
-	for i, p := range parts {
+	for i := range n {
 		g.Go(func() error {
-			errs[i] = b.checkpointPartition(p)
+			errs[i] = f(i)
 			return nil
 		})
 	}
