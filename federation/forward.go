@@ -78,10 +78,10 @@ func (c *Cluster) Local(queue string) bool {
 	if c.forwarding(queue) {
 		return false
 	}
-	if c.isLocal(queue) {
-		return true
+	if q, ok := c.localQueue(queue); ok {
+		return q.moving == nil // kept here, or being handed over
 	}
-	if c.handingOver(queue) != nil || !c.serving(queue) {
+	if !c.serving(queue) {
 		return false
 	}
 	mine := false

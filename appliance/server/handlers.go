@@ -161,22 +161,7 @@ func (c *conn) publish(f *wire.Publish) bool {
 	}
 	corr := f.Corr
 	m := appliance.Message{ID: f.MessageID, Key: f.Key, Headers: toHeaders(f.Headers), Body: f.Body}
-	publish := c.pub.PublishAsync
-	if cl := c.s.opts.Cluster; cl != nil {
-		publish = func(queue string, m appliance.Message, done func(appliance.Confirm, error)) {
-			if cl.Local(queue) {
-				c.pub.PublishAsync(queue, m, done)
-				return
-			}
-			// Forward may wait; what is held goes first, so it waits for
-			// nothing and keeps its place ahead of this publish.
-			c.pub.Flush()
-			if !cl.Forward(queue, m, done) {
-				c.pub.PublishAsync(queue, m, done)
-			}
-		}
-	}
-	publish(f.Queue, m, func(cf appliance.Confirm, err error) {
+	c.route(f.Queue, m, func(cf appliance.Confirm, err error) {
 		defer c.end()
 		defer c.recoverPanic("publish callback")
 		if err != nil {
@@ -188,6 +173,20 @@ func (c *conn) publish(f *wire.Publish) bool {
 			Durability: cf.Durability})
 	})
 	return true
+}
+
+// route hands a publish to the local broker through the connection's
+// Publisher, or, in a cluster, to the node serving its queue.
+func (c *conn) route(queue string, m appliance.Message, done func(appliance.Confirm, error)) {
+	if cl := c.s.opts.Cluster; cl != nil && !cl.Local(queue) {
+		// Forward may wait; what is held goes first, so it waits for
+		// nothing and keeps its place ahead of this publish.
+		c.pub.Flush()
+		if cl.Forward(queue, m, done) {
+			return
+		}
+	}
+	c.pub.PublishAsync(queue, m, done)
 }
 
 func (c *conn) subscribe(f *wire.Subscribe) wire.Frame {
