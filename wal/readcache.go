@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/dgraph-io/ristretto/v2"
 )
@@ -59,7 +60,7 @@ type cachedBlock struct {
 }
 
 // cacheBlockOverhead is what a block costs beside its records' payloads.
-const cacheBlockOverhead = 16 + tailBlockLen*40
+const cacheBlockOverhead = 16 + tailBlockLen*int64(unsafe.Sizeof(Record{}))
 
 // ReadCacheStats are a read cache's counters since it was made.
 type ReadCacheStats struct {
