@@ -195,6 +195,12 @@ func measureQueues(ctx context.Context, o *benchOptions, sys *benchSystems, base
 		p.Kill()
 		_ = os.RemoveAll(dir)
 	}()
+	// The baseline is taken once the empty broker has been idle as long as
+	// the queues will have been: a descriptor its start-up still held when
+	// it logged that it listens is no queue's.
+	if err := pause(ctx, o.idle); err != nil {
+		return err
+	}
 	before, err := e2ebench.SampleProc(p.Pid())
 	if err != nil {
 		return err
