@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 
 	"github.com/spf13/pflag"
@@ -17,20 +18,24 @@ import (
 	"github.com/fibril-edge/fibril/tools/internal/daemon"
 )
 
-// "fibril bench fibrild-profiled --cpuprofile FILE [--memprofile FILE] [fibrild flags]" runs
-// the daemon (tools/internal/daemon.Run, the code of fibrild) in this process
-// under the CPU profiler, taking fibrild's --config and --section.key
-// flags; the profile is written when it shuts down on SIGTERM.
+// "fibril bench fibrild-profiled --cpuprofile FILE [--memprofile FILE]
+// [--trace FILE] [fibrild flags]" runs the daemon (tools/internal/daemon.Run,
+// the code of fibrild) in this process under the CPU profiler, taking
+// fibrild's --config and --section.key flags; the profile is written when
+// it shuts down on SIGTERM. --trace also records an execution trace of
+// the whole run (runtime/trace): which goroutine woke which, and how long
+// each waited for a processor (go tool trace -pprof=sched).
 func runBenchProfiledFibrild(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := pflag.NewFlagSet("fibril bench fibrild-profiled", pflag.ContinueOnError)
 	profile := fs.String("cpuprofile", "", "write the CPU profile here")
 	memProfile := fs.String("memprofile", "", "also write the allocation profile here at shutdown")
+	traceOut := fs.String("trace", "", "also write an execution trace of the whole run here")
 	configPath := fs.String("config", "", "config file (default: the built-in default)")
 	overrides := map[string]*string{}
 	for _, k := range daemon.Keys() {
 		overrides[k.Name] = fs.String(k.Name, k.Default, k.Help)
 	}
-	if done, err := parseFlags(fs, "Usage: fibril bench fibrild-profiled --cpuprofile FILE [--memprofile FILE] [fibrild flags]\n", args, stdout); done || err != nil {
+	if done, err := parseFlags(fs, "Usage: fibril bench fibrild-profiled --cpuprofile FILE [--memprofile FILE] [--trace FILE] [fibrild flags]\n", args, stdout); done || err != nil {
 		return err
 	}
 	if *profile == "" {
@@ -65,9 +70,35 @@ func runBenchProfiledFibrild(ctx context.Context, args []string, stdout, stderr 
 	if err := pprof.StartCPUProfile(f); err != nil {
 		return fmt.Errorf("cpu profile: %w", err)
 	}
+	stopTrace, err := startTrace(*traceOut)
+	if err != nil {
+		pprof.StopCPUProfile()
+		return err
+	}
 	runErr := daemon.Run(ctx, cfg, log)
+	traceErr := stopTrace()
 	pprof.StopCPUProfile()
-	return errors.Join(runErr, f.Close(), writeAllocs(*memProfile))
+	return errors.Join(runErr, f.Close(), traceErr, writeAllocs(*memProfile))
+}
+
+// startTrace starts an execution trace into path, if one is given, and
+// returns what stops it.
+func startTrace(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	if err := trace.Start(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	return func() error {
+		trace.Stop()
+		return f.Close()
+	}, nil
 }
 
 // writeAllocs writes the allocation profile (every allocation sampled since
