@@ -122,11 +122,10 @@ func (c *Cluster) logCopy(queue string, partition int) replication.CopyID {
 // sealed at that epoch and won), or the queue is new and this node saw
 // it declared.
 func (c *Cluster) mayServe(st *control.State, name string) bool {
-	as := st.Assignments[name]
-	if len(as) == 0 || as[0].Sealing || as[0].Owner != c.node.opts.ID {
+	if !st.OwnedBy(name, c.node.opts.ID) {
 		return false
 	}
-	a, q := as[0], st.Queues[name]
+	a, q := st.Assignments[name][0], st.Queues[name]
 	f := c.fo
 	f.mu.Lock()
 	defer f.mu.Unlock()

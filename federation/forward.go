@@ -85,10 +85,7 @@ func (c *Cluster) Local(queue string) bool {
 		return false
 	}
 	mine := false
-	c.node.read(func(s *control.State) {
-		as := s.Assignments[queue]
-		mine = len(as) > 0 && !as[0].Sealing && as[0].Owner == c.node.opts.ID
-	})
+	c.node.read(func(s *control.State) { mine = s.OwnedBy(queue, c.node.opts.ID) })
 	return mine
 }
 

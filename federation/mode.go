@@ -106,8 +106,7 @@ func (c *Cluster) watchModes() {
 		if b := c.boundBroker(); b != nil {
 			st := c.node.shared()
 			for name, q := range st.Queues {
-				as := st.Assignments[name]
-				if len(as) == 0 || as[0].Owner != c.node.opts.ID || as[0].Sealing || !c.serving(name) {
+				if !st.OwnedBy(name, c.node.opts.ID) || !c.serving(name) {
 					continue
 				}
 				want := q.Config.Durability
@@ -184,8 +183,7 @@ func (c *Cluster) runMode(queue string, to appliance.Durability) error {
 	owned := false
 	c.node.read(func(s *control.State) {
 		q = s.Queues[queue]
-		as := s.Assignments[queue]
-		owned = len(as) > 0 && as[0].Owner == c.node.opts.ID && !as[0].Sealing
+		owned = s.OwnedBy(queue, c.node.opts.ID)
 	})
 	pending := q.ModeChange != nil && q.ModeChange.To == to
 	if !owned || b == nil || (!pending && q.Config.Durability != to) {

@@ -451,6 +451,13 @@ func (s *State) ownerOf(queue string) string {
 	return ""
 }
 
+// OwnedBy reports whether queue's assignment names node id its owner with
+// no recovery under way (not sealing): id is the node that serves it.
+func (s *State) OwnedBy(queue, id string) bool {
+	as := s.Assignments[queue]
+	return len(as) > 0 && !as[0].Sealing && as[0].Owner == id
+}
+
 // DeadLetterQueues is the set of queues some queue names as its
 // dead-letter queue.
 func (s *State) DeadLetterQueues() map[string]bool {

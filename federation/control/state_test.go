@@ -392,3 +392,25 @@ func TestSharedIsOneCopyPerChange(t *testing.T) {
 		t.Fatalf("after restoring an empty snapshot, Shared still has %d queues", len(got.Queues))
 	}
 }
+
+// OwnedBy names the node that serves a queue: its assignment's owner,
+// and no one while a recovery seals it.
+func TestOwnedBy(t *testing.T) {
+	s := &State{Assignments: map[string][]Assignment{
+		"q":      {{Queue: "q", Owner: "n1", Followers: []string{"n2"}}},
+		"sealed": {{Queue: "sealed", Owner: "n1", Sealing: true}},
+	}}
+	for _, c := range []struct {
+		queue, id string
+		want      bool
+	}{
+		{"q", "n1", true},
+		{"q", "n2", false}, // a follower
+		{"sealed", "n1", false},
+		{"unknown", "n1", false},
+	} {
+		if got := s.OwnedBy(c.queue, c.id); got != c.want {
+			t.Errorf("OwnedBy(%q, %q) = %v, want %v", c.queue, c.id, got, c.want)
+		}
+	}
+}
