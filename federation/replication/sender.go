@@ -301,16 +301,19 @@ func (s *Sender) send(ctx context.Context, w *bufio.Writer, cursor uint64, pulls
 			b.Records[i] = Record{Type: r.Type, Payload: r.Payload}
 		}
 		buf = appendFrame(buf[:0], b)
+		// Counted before it is written: a batch larger than w's buffer
+		// goes out in Write, and the follower's answer may come (and a
+		// caller look at the counts) before Write returns.
+		if catchUp {
+			s.catchUpBatches.Add(1)
+		} else {
+			s.pushBatches.Add(1)
+		}
 		if _, err := w.Write(buf); err != nil {
 			return err
 		}
 		cursor += uint64(len(recs))
-		if catchUp {
-			s.catchUpBatches.Add(1)
-			pullOwed = true
-		} else {
-			s.pushBatches.Add(1)
-		}
+		pullOwed = catchUp
 		// Flush a catch-up batch (the follower waits for it) and a push
 		// batch that caught up; otherwise let the buffer gather batches.
 		if catchUp || s.o.Log.WrittenNext() <= cursor || w.Buffered() > 32<<10 {
