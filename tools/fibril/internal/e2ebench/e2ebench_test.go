@@ -340,3 +340,34 @@ func TestRunOpenLoopLateIsNotSustained(t *testing.T) {
 		t.Fatalf("late run: %+v", r)
 	}
 }
+
+// A run stopped midway (the operator's Ctrl-C) is no measurement: it
+// returns the interruption, not a result line that reads as a broker
+// that could not keep up.
+func TestRunInterruptedReportsNoResult(t *testing.T) {
+	s, err := Steady("rate", 500, 2*time.Second, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stopAt := func(i int) time.Duration {
+		if i == 20 { // a measured publish, made after the warm-up
+			cancel()
+		}
+		return 0
+	}
+	r, err := RunOpenLoop(ctx, fakeTarget{confirmDelay: time.Millisecond, slow: stopAt}, "q", s,
+		RunOptions{Payload: 64, Warmup: 5})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("open loop stopped midway: err %v, result %+v", err, r)
+	}
+
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	r, err = RunSaturation(ctx, fakeTarget{confirmDelay: time.Millisecond, slow: stopAt}, "q", 1, 2*time.Second,
+		RunOptions{Payload: 64, Window: 4, Warmup: 4})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("saturation stopped midway: err %v, result %+v", err, r)
+	}
+}

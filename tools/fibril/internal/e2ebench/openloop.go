@@ -82,6 +82,9 @@ func RunOpenLoop(ctx context.Context, t Target, name string, s Schedule, o RunOp
 	case <-runCtx.Done():
 	}
 	end := time.Now()
+	if err := ctx.Err(); err != nil { // stopped, not measured: no line for it
+		return res, fmt.Errorf("%s %s %s: run interrupted: %w", s.Name, t.System(), t.Mode(), err)
+	}
 	if measured {
 		if after, err := sampleProcs(o.Pids); err == nil {
 			res.Broker = usage(before, after, total, o.Payload)

@@ -2,6 +2,7 @@ package e2ebench
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,6 +99,9 @@ func RunSaturation(ctx context.Context, t Target, name string, publishers int, d
 		})
 	}
 	wg.Wait()
+	if err := ctx.Err(); err != nil { // stopped, not measured: no line for it
+		return res, fmt.Errorf("saturation %s %s: run interrupted: %w", t.System(), t.Mode(), err)
+	}
 	deliveredInTime := delivered.Load()
 	if measured {
 		if after, err := sampleProcs(o.Pids); err == nil {
