@@ -157,7 +157,36 @@ func (l *Log) addHolesLocked(holes []Hole) {
 			l.holes = append(l.holes, h)
 		}
 	}
+	l.holesChangedLocked()
+}
+
+// holesChangedLocked sorts the holes after a change and notes whether
+// there are any; the caller holds segMu for writing.
+func (l *Log) holesChangedLocked() {
 	sort.Slice(l.holes, func(a, b int) bool { return l.holes[a].From < l.holes[b].From })
+	l.anyHoles.Store(len(l.holes) > 0)
+}
+
+// boundByHoles is where a read from offset meets a hole: a *HoleError if
+// offset is in one, else limit cut at the first hole above offset. The
+// caches a read consults first still hold the records of a range lost
+// since they were filled (the tail window, a read-ahead chunk under way,
+// a block offered since), so the read asks here before it asks them.
+func (l *Log) boundByHoles(offset, limit uint64) (uint64, error) {
+	if !l.anyHoles.Load() {
+		return limit, nil
+	}
+	l.segMu.RLock()
+	defer l.segMu.RUnlock()
+	for _, h := range l.holes {
+		if offset >= h.From && offset < h.To {
+			return 0, &HoleError{Hole: h}
+		}
+		if h.From > offset {
+			return min(limit, h.From), nil // sorted: the first above is the nearest
+		}
+	}
+	return limit, nil
 }
 
 // LostRecords is how many records the log has lost to damage: the offsets

@@ -77,6 +77,9 @@ type Log struct {
 	segs  []*segment   // sorted by base; the last is the active segment
 	holes []Hole       // quarantined ranges, sorted
 	head  uint64
+	// anyHoles mirrors len(holes) > 0, so a read checks for holes
+	// without segMu while there are none (holesChangedLocked).
+	anyHoles atomic.Bool
 
 	w           *writer
 	appendCh    chan *Completion // unbuffered: a send means the writer took it

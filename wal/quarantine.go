@@ -71,7 +71,7 @@ func (l *Log) Quarantine(base uint64) (Hole, error) {
 	}
 	l.segs = append(l.segs[:i:i], l.segs[i+1:]...)
 	l.holes = append(l.holes, hole)
-	sort.Slice(l.holes, func(a, b int) bool { return l.holes[a].From < l.holes[b].From })
+	l.holesChangedLocked()
 	l.forgetReads() // before any reader can see the hole
 	l.segMu.Unlock()
 	seg.removed.Store(true)

@@ -41,6 +41,10 @@ func (l *Log) read(from, limit uint64, maxBytes int) ([]Record, error) {
 	if from > limit {
 		return nil, fmt.Errorf("wal: read at %d, frontier %d: %w", from, limit, ErrBeyondFrontier)
 	}
+	limit, err := l.boundByHoles(from, limit)
+	if err != nil {
+		return nil, err
+	}
 	var out []Record
 	total := 0
 	fits := func(n int) bool { return len(out) == 0 || total+n <= maxBytes }

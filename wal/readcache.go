@@ -336,6 +336,20 @@ func (l *Log) remember(id uint64) {
 	l.offered = append(l.offered, id)
 }
 
+// takeOutAll takes out every block this log offered, as it closes: no
+// later open can read them (each open has a generation of its own), and
+// left in they would hold the node's budget until evicted. On the writer.
+func (l *Log) takeOutAll() {
+	rc, gen := l.opts.ReadCache, l.cacheGen.Load()
+	if rc == nil {
+		return
+	}
+	for _, id := range l.offered {
+		rc.takeOut(gen, id)
+	}
+	l.offered = nil
+}
+
 // forgetReads drops what was read before a range was declared lost: the
 // read-ahead chunks, and this log's blocks in the node's read cache (by
 // moving to a new generation), so no reader is served from the hole.

@@ -308,3 +308,99 @@ func TestReadCacheCloseWhileInUse(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// A quarantined segment whose records are still in the tail window: reads
+// in the hole fail with a *HoleError (docs/decisions.md: "no read finds
+// the hole listed and its records still served"), from the tail cache
+// and, once the hole's blocks have left the window under a trailing
+// reader, from the node's read cache.
+func TestReadCacheHoleInTheTailWindowIsNotServed(t *testing.T) {
+	rc, err := NewReadCache(4 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	l := mustOpen(t, vfs.NewMem(), "log", Options{SegmentSize: 16 << 10, TailCacheBytes: 64 << 10, ReadCache: rc})
+	defer l.Close()
+	const size = 100
+	next := 0
+	for ; next < 1000; next += 20 {
+		if _, err := l.Append(context.Background(), entries(next, 20, size), AfterFlush); err != nil {
+			t.Fatal(err)
+		}
+	}
+	from, _ := l.CachedFrom()
+	l.segMu.RLock()
+	var victim, end uint64
+	for i, s := range l.segs[:len(l.segs)-1] {
+		if s.base >= from && (s.base+tailBlockLen-1)&^(tailBlockLen-1)+tailBlockLen <= l.segs[i+1].base {
+			victim, end = s.base, l.segs[i+1].base
+			break
+		}
+	}
+	l.segMu.RUnlock()
+	if end == 0 {
+		t.Fatalf("no sealed segment holding a whole block in the tail window from %d", from)
+	}
+	hole, err := l.Quarantine(victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("tail from %d; hole %d..%d; LostRecords %d", from, hole.From, hole.To, l.LostRecords())
+	x := (victim + tailBlockLen - 1) &^ (tailBlockLen - 1) // a block wholly in the hole
+	var he *HoleError
+	recs, err := l.ReadWritten(x, 1)
+	if !errors.As(err, &he) {
+		t.Errorf("tail cache: read of %d in hole %d..%d: %d records, err %v, want a *HoleError", x, hole.From, hole.To, len(recs), err)
+	}
+	// Push the hole's blocks out of the tail window while that reader trails.
+	before := l.Status().ReadCacheHits
+	for ; next < 3000; next += 20 {
+		if _, err := l.Append(context.Background(), entries(next, 20, size), AfterFlush); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = l.ReadWritten(x, 1)
+	}
+	rc.wait()
+	if f, _ := l.CachedFrom(); f <= x {
+		t.Fatalf("tail still holds %d (from %d)", x, f)
+	}
+	recs, err = l.ReadWritten(x, 1)
+	hits := l.Status().ReadCacheHits - before
+	if !errors.As(err, &he) {
+		t.Errorf("read cache: read of %d in hole %d..%d: %d records (%q), err %v, read cache hits %d; want a *HoleError",
+			x, hole.From, hole.To, len(recs), firstPayload(recs), err, hits)
+	}
+}
+
+func firstPayload(recs []Record) string {
+	if len(recs) == 0 {
+		return ""
+	}
+	return string(recs[0].Payload[:13])
+}
+
+// A closed log takes its offered blocks out of the node's cache: no later
+// open can read them (a new generation), so they would only hold the
+// budget.
+func TestReadCacheClosedLogTakesItsBlocksOut(t *testing.T) {
+	rc, err := NewReadCache(4 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	l := mustOpen(t, vfs.NewMem(), "log", Options{TailCacheBytes: 16 << 10, ReadCache: rc})
+	for i := 0; i < 2000; i += 50 {
+		if _, err := l.Append(context.Background(), entries(i, 50, 100), AfterFlush); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = l.ReadWritten(0, 1) // a reader stuck at 0
+	}
+	rc.wait()
+	held := rc.Stats().Held
+	_ = l.Close()
+	rc.wait()
+	if after := rc.Stats().Held; after != 0 {
+		t.Errorf("held %d bytes before the log closed, %d after: unreachable blocks keep the budget", held, after)
+	}
+}

@@ -213,6 +213,7 @@ func (l *Log) recover() (*segment, int64, bool, error) {
 		l.segs = append(l.segs, seg)
 	}
 	l.holes = findHoles(l.fs, l.dir, quarantined, bases)
+	l.holesChangedLocked()
 	rep.Quarantined = append([]Hole(nil), l.holes...)
 	sealed, ends := bases[:len(bases)-1], make([]uint64, len(bases)-1)
 	for i, seg := range l.segs {

@@ -449,6 +449,7 @@ func (w *writer) handleControl(m control) error {
 func (w *writer) shutdown(syncFirst bool) error {
 	var err error
 	w.stopped = true
+	w.l.takeOutAll()
 	if syncFirst {
 		w.syncInline()
 	}
