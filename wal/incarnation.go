@@ -179,9 +179,15 @@ func (l *Log) writeIncarnation(s incarnationState) error {
 		return err
 	}
 	_ = l.fs.Remove(l.fs.PathJoin(l.dir, incarnationName+tmpSuffix))
-	f, oerr := l.fs.OpenReadWrite(l.fs.PathJoin(l.dir, incarnationName), vfs.WriteCategoryUnspecified)
-	if oerr != nil {
+	path := l.fs.PathJoin(l.dir, incarnationName)
+	// OpenReadWrite creates a missing file, and an empty INCARNATION left
+	// by a failed write would stop every later Open: look first.
+	if _, serr := l.fs.Stat(path); serr != nil {
 		return err // none to overwrite (a new log's first Close): the next Open starts a new incarnation
+	}
+	f, oerr := l.fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
+	if oerr != nil {
+		return err
 	}
 	_, werr := f.WriteAt(b, 0)
 	if werr == nil {

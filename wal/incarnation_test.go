@@ -2,9 +2,11 @@ package wal
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -220,6 +222,35 @@ func TestIncarnationOnAFullDisk(t *testing.T) {
 			t.Fatalf("on a full disk: incarnation %d, want %d", got, want)
 		}
 		mustClose(t, l)
+	}
+}
+
+// A new log has no INCARNATION until its first Close; that Close on a full
+// disk leaves none (the next Open starts a new incarnation), not an empty
+// file that no Open can read.
+func TestIncarnationFirstCloseOnAFullDisk(t *testing.T) {
+	const dir = "log"
+	var full atomic.Bool
+	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if full.Load() && (op.Kind == errorfs.OpFileWrite || op.Kind == errorfs.OpFileWriteAt) &&
+			strings.Contains(op.Path, incarnationName) {
+			return syscall.ENOSPC
+		}
+		return nil
+	}))
+	l := mustOpen(t, fs, dir, incarnationOpts)
+	if _, err := l.Append(testCtx(t), entries(0, 3, 50), AfterFsync); err != nil {
+		t.Fatal(err)
+	}
+	full.Store(true)
+	if err := l.Close(); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("close on a full disk: %v, want ENOSPC", err)
+	}
+	full.Store(false)
+	l = mustOpen(t, fs, dir, incarnationOpts)
+	defer mustClose(t, l)
+	if n := l.DurableNext(); n != 3 {
+		t.Fatalf("reopened durable to %d, want 3", n)
 	}
 }
 
