@@ -303,3 +303,42 @@ func TestDedupeBoundIsPerQueue(t *testing.T) {
 	}
 	checkDuplicates(t, ctx, b, "q", 7*fit, 8*fit, size, true)
 }
+
+// A duplicate of a publish still pending across a durable-to-buffered
+// change must not be confirmed as durable when the original was appended
+// (and confirmed) as buffered. The fence is reproduced step by step as
+// changeMode takes it: submitMu held, the boundary and the declaration
+// changed, the fence lifted.
+func TestDedupeDuplicateConfirmSaysTheOriginalsMode(t *testing.T) {
+	ctx := testCtx(t)
+	b := openBroker(t, vfs.NewMem(), "data", Options{})
+	defer b.Close()
+	declare(t, ctx, b, QueueConfig{Name: "q", Durability: Durable, Partitions: 1, DedupeWindow: time.Minute})
+	q, err := b.queue("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := q.parts[0]
+	p.submitMu.Lock() // the fence of a change to buffered
+	orig, dup := make(chan Confirm, 1), make(chan Confirm, 1)
+	go b.PublishAsync("q", Message{ID: "x", Body: body(0)}, func(c Confirm, err error) { orig <- c })
+	waitFor(t, ctx, "the original pending", func() bool {
+		q.dedupe.mu.Lock()
+		defer q.dedupe.mu.Unlock()
+		return q.dedupe.byID["x"] != nil
+	})
+	b.PublishAsync("q", Message{ID: "x", Body: body(0)}, func(c Confirm, err error) { dup <- c })
+	next := *q.cfg()
+	next.Durability = Buffered
+	p.dur.Store(uint32(appendBoundary(Buffered)))
+	q.config.Store(&next)
+	p.submitMu.Unlock()
+	o, d := <-orig, <-dup
+	if o.Durability != Buffered {
+		t.Fatalf("original confirmed %v", o.Durability)
+	}
+	if d.Durability != o.Durability {
+		t.Fatalf("duplicate confirmed %v, the original it stands for %v (only written: DurableNext %d, offset %d)",
+			d.Durability, o.Durability, p.log.DurableNext(), o.Offset)
+	}
+}

@@ -85,7 +85,7 @@ func (q *queue) pick(key string) *partition {
 func (q *queue) publish(m Message, now time.Time, done func(Confirm, error), pub *Publisher) {
 	p := q.pick(m.Key)
 	cfg := q.cfg()
-	if pub != nil && (cfg.MaxMessages > 0 || cfg.MaxBytes > 0) {
+	if pub != nil && cfg.hasLimits() {
 		pub.Flush() // admission may wait for what pub holds to be applied
 		pub = nil
 	}
@@ -95,7 +95,10 @@ func (q *queue) publish(m Message, now time.Time, done func(Confirm, error), pub
 				done(Confirm{}, err)
 				return
 			}
-			done(Confirm{Queue: cfg.Name, Partition: part, Offset: off, Duplicate: true, Durability: cfg.Durability}, nil)
+			// The mode now, not when the duplicate came: the original
+			// may have been appended after a change to buffered, and a
+			// change to durable syncs all appended before it.
+			done(Confirm{Queue: cfg.Name, Partition: part, Offset: off, Duplicate: true, Durability: q.cfg().Durability}, nil)
 		})
 		if dup {
 			q.counters.duplicates.Add(1)
