@@ -106,7 +106,7 @@ func (q *queue) makeRoom(p *partition, n int64) (reserved bool, err error) {
 		q.counters.rejectedDisk.Add(1)
 		return false, err
 	}
-	if cfg := q.cfg(); cfg.MaxMessages <= 0 && cfg.MaxBytes <= 0 {
+	if !q.cfg().hasLimits() {
 		return false, nil // no limits: nothing to count, nothing to reserve
 	}
 	var deadline <-chan time.Time

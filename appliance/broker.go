@@ -289,11 +289,19 @@ func (b *Broker) Declare(ctx context.Context, c QueueConfig) (DeclareResult, err
 		if err != nil {
 			return DeclareResult{}, err
 		}
-		if merged != *q.cfg() {
+		if old := *q.cfg(); merged != old {
 			if err := b.saveDeclaration(merged); err != nil {
 				return DeclareResult{}, err
 			}
 			q.config.Store(&merged)
+			if !old.hasLimits() && merged.hasLimits() {
+				// Acks that went out without a sync of their own
+				// (boundaryFor) count against the new limits until
+				// applied: sync them now, as a limited queue's acks sync.
+				for _, p := range q.parts {
+					p.syncSettles()
+				}
+			}
 		}
 		return declareResult(merged, false), nil
 	}

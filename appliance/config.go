@@ -230,6 +230,9 @@ func (stored QueueConfig) Merge(c QueueConfig) (QueueConfig, error) {
 	return out, nil
 }
 
+// hasLimits reports whether the queue bounds its messages or bytes.
+func (c *QueueConfig) hasLimits() bool { return c.MaxMessages > 0 || c.MaxBytes > 0 }
+
 // WithDefaults fills a new queue's zero fields.
 func (c QueueConfig) WithDefaults() QueueConfig {
 	if c.Durability == DurabilityUnspecified {

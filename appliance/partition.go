@@ -281,9 +281,10 @@ func (p *partition) handOver(pa *pendingAppend, at *wal.Boundary, mayApply bool)
 // followers sync each record they are sent, and a queue with limits: an
 // acked message counts against them until its ack applies, so a publish
 // would be refused, or drop-oldest would drop a message nobody read in its
-// place.
+// place. (Limits added to a queue later sync the settles that wait:
+// Declare.)
 func (p *partition) boundaryFor(dur wal.Boundary, entries []wal.Entry) wal.Boundary {
-	if cfg := p.q.cfg(); dur != wal.AfterFsync || p.gate != nil || cfg.MaxMessages > 0 || cfg.MaxBytes > 0 {
+	if dur != wal.AfterFsync || p.gate != nil || p.q.cfg().hasLimits() {
 		return dur
 	}
 	for _, e := range entries {

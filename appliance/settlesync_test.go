@@ -75,3 +75,38 @@ func TestDurableAcksShareThePublishSync(t *testing.T) {
 		t.Fatalf("with background sync off, the last ack still unapplied: %d messages", in.Messages)
 	}
 }
+
+// Limits added by a re-declare to a durable queue whose acks went out
+// without a sync of their own: the acks are synced and applied then, as a
+// limited queue's are, so the acked message stops counting against the
+// limits (the background sync here would come only after a minute).
+func TestLimitsAddedApplyTheAcksWaitingForASync(t *testing.T) {
+	ctx := testCtx(t)
+	b := openBroker(t, vfs.NewMem(), "data", Options{})
+	defer b.Close()
+	s := b.Settings()
+	s.BackgroundSyncIntervalMs = 60000
+	if err := b.UpdateSettings(s); err != nil {
+		t.Fatal(err)
+	}
+	declare(t, ctx, b, QueueConfig{Name: "d", Durability: Durable, Partitions: 1})
+	publish(t, ctx, b, "d", Message{Body: body(0)})
+	publish(t, ctx, b, "d", Message{Body: body(1)})
+	sub, got := subscribe(t, b, "d", 1)
+	if err := sub.Ack(got.next(t, ctx).Tag); err != nil {
+		t.Fatal(err)
+	}
+	sub.Close()
+	if in := info(t, b, "d"); in.Messages != 2 {
+		t.Fatalf("before the limits: %d messages, want the acked one still counted (its ack waits for a sync)", in.Messages)
+	}
+	declare(t, ctx, b, QueueConfig{Name: "d", MaxMessages: 2, Overflow: OverflowDropOldest})
+	soon, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	waitFor(t, soon, "the ack applied once the queue has limits", func() bool { return info(t, b, "d").Messages == 1 })
+	publish(t, ctx, b, "d", Message{Body: body(2)})
+	if in := info(t, b, "d"); in.Counters.DroppedOverflow != 0 || in.Messages != 2 {
+		t.Fatalf("a publish under a limit of 2 with one unread message: dropped %d, %d messages; want none dropped, 2",
+			in.Counters.DroppedOverflow, in.Messages)
+	}
+}
