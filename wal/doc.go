@@ -30,6 +30,10 @@
 //     with ErrLatched, the written frontier falls back to the durable end,
 //     and latched-cut.pending records that end so the next Open cuts the
 //     log there before anything reads it. A failed sync is never retried.
+//     When the marker cannot be written either, the process remembers the
+//     cut for its own Opens and Close writes the marker once it can: the
+//     lost records may still read back from the page cache, and a new
+//     descriptor's sync would not report the error the old one did.
 //   - Records never cross segments. Rollover syncs the outgoing segment
 //     inline; the new segment's header and directory entry are synced by the
 //     next sync before any record in it counts as durable.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -224,5 +225,56 @@ func TestLatch(t *testing.T) {
 			}
 			wantIntact(t, readAll(t, l, true), 0, int(cut)+5, recSize)
 		})
+	}
+}
+
+// A log latches on a failed segment sync and its cut marker cannot be
+// written either (the same failing disk). The records the sync lost may
+// still read back from the page cache, and a reopen's sync, on a new
+// descriptor, reports nothing (the kernel told the old one): an Open in
+// this process still cuts them, from what the latch remembered, and the
+// Close writes the marker once it can, for an Open in the next process.
+func TestLatchWithoutItsCutMarker(t *testing.T) {
+	for _, markerAtClose := range []bool{false, true} {
+		ctx := testCtx(t)
+		var failSync, failMarker atomic.Bool
+		fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+			if failSync.Load() && strings.HasSuffix(op.Path, segmentSuffix) && op.Kind == errorfs.OpFileSyncData {
+				return errInjected
+			}
+			if failMarker.Load() && strings.Contains(op.Path, cutMarkerName) && op.Kind == errorfs.OpCreate {
+				return errInjected
+			}
+			return nil
+		}))
+		opts := Options{BackgroundSyncInterval: -1, SyncBytesThreshold: -1, Logger: slog.New(slog.DiscardHandler)}
+		l := mustOpen(t, fs, "log", opts)
+		if _, err := l.Append(ctx, entries(0, 10, 100), AfterFsync); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Append(ctx, entries(10, 10, 100), AfterFlush); err != nil {
+			t.Fatal(err)
+		}
+		failSync.Store(true)
+		failMarker.Store(true)
+		if err := l.Sync(ctx); err == nil {
+			t.Fatal("sync succeeded")
+		}
+		durable := l.DurableNext()
+		failMarker.Store(!markerAtClose)
+		_ = l.Close()
+		failSync.Store(false)
+		if markerAtClose {
+			forgetCut(fs, "log") // the next process remembers nothing: the marker must say it
+		}
+		l = mustOpen(t, fs, "log", opts)
+		if got := l.DurableNext(); got != durable || !l.Recovery().LatchedCut {
+			t.Fatalf("marker written at close %v: latched durable to %d, reopened durable to %d (cut %v)",
+				markerAtClose, durable, got, l.Recovery().LatchedCut)
+		}
+		mustClose(t, l)
+		if _, ok, err := pendingCut(fs, "log"); ok || err != nil {
+			t.Fatalf("marker written at close %v: a cut still pending after the open carried it out (%v)", markerAtClose, err)
+		}
 	}
 }

@@ -40,16 +40,22 @@ type processLockKey struct {
 
 type processLock struct{ key processLockKey }
 
+// dirKey names dir on fs for this process; fs must be comparable.
+func dirKey(fs vfs.FS, dir string) processLockKey {
+	key := processLockKey{fs: fs, dir: filepath.Clean(dir)}
+	if abs, err := filepath.Abs(dir); err == nil && fs == vfs.Default {
+		key.dir = abs
+	}
+	return key
+}
+
 // lockDir locks dir for a log: in this process only when inProcess and
 // the file system can be told apart from others, else with a LOCK file.
 func lockDir(fs vfs.FS, dir string, inProcess bool) (io.Closer, error) {
 	if !inProcess || !reflect.TypeOf(fs).Comparable() {
 		return fs.Lock(fs.PathJoin(dir, lockName))
 	}
-	key := processLockKey{fs: fs, dir: filepath.Clean(dir)}
-	if abs, err := filepath.Abs(dir); err == nil && fs == vfs.Default {
-		key.dir = abs
-	}
+	key := dirKey(fs, dir)
 	processLocks.Lock()
 	defer processLocks.Unlock()
 	if _, ok := processLocks.held[key]; ok {

@@ -7,6 +7,8 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"reflect"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -26,6 +28,56 @@ func writeCutMarker(fs vfs.FS, dirFile syncer, dir string, offset uint64) error 
 
 func readCutMarker(fs vfs.FS, dir string) (uint64, bool, error) {
 	return readValueFile(fs, dir, cutMarkerName)
+}
+
+// unwrittenCuts holds, for the life of the process, the cut of each
+// latched log whose cut marker could not be written (the same failing
+// disk): the records its failed sync lost may still read back from the
+// page cache, and the kernel reported that sync's error once, to the
+// descriptor that is gone, so a reopen's own sync would not. An Open in
+// this process cuts there as it would at the marker; the log's Close
+// tries the marker again, for an Open in the next process.
+var unwrittenCuts = struct {
+	sync.Mutex
+	at map[processLockKey]uint64
+}{at: map[processLockKey]uint64{}}
+
+// rememberCut keeps a cut whose marker could not be written.
+func rememberCut(fs vfs.FS, dir string, to uint64) {
+	if !reflect.TypeOf(fs).Comparable() {
+		return
+	}
+	k := dirKey(fs, dir)
+	unwrittenCuts.Lock()
+	defer unwrittenCuts.Unlock()
+	if at, ok := unwrittenCuts.at[k]; !ok || to < at {
+		unwrittenCuts.at[k] = to
+	}
+}
+
+// pendingCut is the cut an Open carries out: the marker's, or a lower
+// one this process could not write.
+func pendingCut(fs vfs.FS, dir string) (uint64, bool, error) {
+	to, ok, err := readCutMarker(fs, dir)
+	if err != nil || !reflect.TypeOf(fs).Comparable() {
+		return to, ok, err
+	}
+	unwrittenCuts.Lock()
+	defer unwrittenCuts.Unlock()
+	if at, held := unwrittenCuts.at[dirKey(fs, dir)]; held && (!ok || at < to) {
+		return at, true, nil
+	}
+	return to, ok, nil
+}
+
+// forgetCut drops the cut remembered for dir once an Open carried it out.
+func forgetCut(fs vfs.FS, dir string) {
+	if !reflect.TypeOf(fs).Comparable() {
+		return
+	}
+	unwrittenCuts.Lock()
+	delete(unwrittenCuts.at, dirKey(fs, dir))
+	unwrittenCuts.Unlock()
 }
 
 func writeEpoch(fs vfs.FS, dirFile syncer, dir string, epoch uint64) error {

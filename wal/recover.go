@@ -161,7 +161,7 @@ func (l *Log) recover() (*segment, int64, bool, error) {
 	l.epoch.Store(epoch)
 
 	// Step 3: a pending latched cut removes the segments past its offset.
-	cutTo, hasCut, err := readCutMarker(fs, l.dir)
+	cutTo, hasCut, err := pendingCut(fs, l.dir)
 	if err != nil {
 		return nil, 0, false, err
 	}
@@ -396,6 +396,7 @@ func (l *Log) removeCutMarker(had bool) error {
 	if !had {
 		return nil
 	}
+	forgetCut(l.fs, l.dir) // carried out: the segments end at the cut now
 	if err := l.fs.Remove(l.fs.PathJoin(l.dir, cutMarkerName)); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("wal: remove cut marker: %w", err)
 	}

@@ -73,9 +73,13 @@ type writer struct {
 
 	latched  bool
 	latchErr error
-	wakeSeq  uint64
-	ready    []*Completion // completed, to be woken by signal
-	st       Status        // counters and times, published to Log.status after each event
+	// cutUnwritten: the latch could not write its cut marker (at cutAt);
+	// Close tries again.
+	cutUnwritten bool
+	cutAt        uint64
+	wakeSeq      uint64
+	ready        []*Completion // completed, to be woken by signal
+	st           Status        // counters and times, published to Log.status after each event
 }
 
 // run handles the writer's events one at a time, each with mu held: the
@@ -388,7 +392,10 @@ func (w *writer) latch(cause error) {
 	// The marker and the status come before any wake-up: whoever sees the
 	// latch error finds the cut persisted and the status latched.
 	if err := writeCutMarker(w.l.fs, w.l.dirFile, w.l.dir, durable); err != nil {
-		w.l.opts.Logger.Error("wal: cannot write the cut marker", "dir", w.l.dir, "err", err)
+		w.l.opts.Logger.Error("wal: cannot write the cut marker; this process remembers the cut, and the close tries the marker again",
+			"dir", w.l.dir, "err", err)
+		rememberCut(w.l.fs, w.l.dir, durable)
+		w.cutUnwritten, w.cutAt = true, durable
 	}
 	w.st.Latched = true
 	w.st.LastError = cause
@@ -450,6 +457,12 @@ func (w *writer) shutdown(syncFirst bool) error {
 	var err error
 	w.stopped = true
 	w.l.takeOutAll()
+	if w.cutUnwritten {
+		if err := writeCutMarker(w.l.fs, w.l.dirFile, w.l.dir, w.cutAt); err != nil {
+			w.l.opts.Logger.Error("wal: cannot write the cut marker at close either: the next open in another process will not cut the log",
+				"dir", w.l.dir, "err", err)
+		}
+	}
 	if syncFirst {
 		w.syncInline()
 	}
