@@ -2,11 +2,9 @@ package wal
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"sort"
-	"syscall"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -175,7 +173,7 @@ func (l *Log) writeIncarnation(s incarnationState) error {
 	b := encodeIncarnation(s)
 	err := writeSynced(l.fs, l.dirFile, l.dir, incarnationName, b)
 	b = b[:incarnationHeaderSize]
-	if !errors.Is(err, syscall.ENOSPC) {
+	if !noSpace(err) {
 		return err
 	}
 	_ = l.fs.Remove(l.fs.PathJoin(l.dir, incarnationName+tmpSuffix))

@@ -11,14 +11,21 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
-// A full disk at rollover refuses the append with ErrNoSpace and leaves the
-// log healthy: nothing was written, and appends resume once space is free.
+// A full disk (or a full quota) at rollover refuses the append with
+// ErrNoSpace and leaves the log healthy: nothing was written, and appends
+// resume once space is free.
 func TestNoSpaceAtRollover(t *testing.T) {
+	for _, errno := range []syscall.Errno{syscall.ENOSPC, syscall.EDQUOT} {
+		t.Run(errno.Error(), func(t *testing.T) { testNoSpaceAtRollover(t, errno) })
+	}
+}
+
+func testNoSpaceAtRollover(t *testing.T, errno syscall.Errno) {
 	ctx := testCtx(t)
 	var full atomic.Bool
 	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
 		if full.Load() && op.Kind == errorfs.OpCreate && strings.HasSuffix(op.Path, segmentSuffix) {
-			return syscall.ENOSPC
+			return errno
 		}
 		return nil
 	}))
@@ -40,7 +47,7 @@ func TestNoSpaceAtRollover(t *testing.T) {
 			n++
 		}
 	}
-	if !errors.Is(err, ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) {
+	if !errors.Is(err, ErrNoSpace) || !errors.Is(err, errno) {
 		t.Fatalf("append at a full rollover: %v", err)
 	}
 	st := l.Status()

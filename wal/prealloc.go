@@ -49,13 +49,19 @@ func (w *writer) reserve(need int64) error {
 	}
 	end := w.opts.preallocEnd(w.reserved, need)
 	err := preallocate(w.active.file, w.opts.Preallocate, w.reserved, end)
-	if errors.Is(err, syscall.ENOSPC) && end > need {
+	if noSpace(err) && end > need {
 		end = need
 		err = preallocate(w.active.file, w.opts.Preallocate, w.reserved, end)
 	}
-	if errors.Is(err, syscall.ENOSPC) {
+	if noSpace(err) {
 		return fmt.Errorf("%w: segment %d: %w", ErrNoSpace, w.active.base, err)
 	}
 	w.reserved = end
 	return nil
+}
+
+// noSpace reports a full disk, or a full quota: an allocation refused,
+// which a later one may not be.
+func noSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -338,7 +337,7 @@ func (l *Log) createSegment(base uint64) (*segment, error) {
 	}
 	if _, err := f.WriteAt(encodeSegmentHeader(base), 0); err != nil {
 		_ = f.Close()
-		if errors.Is(err, syscall.ENOSPC) {
+		if noSpace(err) {
 			// roll refuses the append and stays healthy: an empty file
 			// must not outlive the refusal. (Other failures latch, and
 			// recovery gives the empty segment its header.)

@@ -1,10 +1,8 @@
 package wal
 
 import (
-	"errors"
 	"fmt"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -340,7 +338,7 @@ func (w *writer) roll() error {
 		return w.latchErr
 	}
 	seg, err := w.l.createSegment(w.next)
-	if errors.Is(err, syscall.ENOSPC) {
+	if noSpace(err) {
 		// Nothing was written: refuse this append and stay healthy, so
 		// appends resume once space is freed.
 		return fmt.Errorf("%w: %w", ErrNoSpace, err)
