@@ -180,7 +180,7 @@ func (b *Bridge) connectNATS() (*nats.Conn, error) {
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			b.st.setState(StateConnected)
 			b.st.update(func(s *Stats) { s.Reconnects++ })
-			b.log.Info("nats reconnected", "url", nc.ConnectedUrl())
+			b.log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			b.st.setState(StateReconnecting)
@@ -236,7 +236,8 @@ func (b *Bridge) connectNATS() (*nats.Conn, error) {
 	} else {
 		b.st.setState(StateReconnecting)
 		b.st.update(func(s *Stats) { s.LastError = "nats: no server reachable yet" })
-		b.log.Warn("nats not reachable yet, retrying", "urls", o.URLs)
+		urls, _ := describe(o) // credentials left out
+		b.log.Warn("nats not reachable yet, retrying", "urls", urls)
 	}
 	return nc, nil
 }

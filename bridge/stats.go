@@ -150,6 +150,13 @@ func (c *counters) snapshot() Stats {
 	return s
 }
 
+// RedactURLs is urls without the credentials a URL may carry
+// (user:password@), for logs and printed configurations.
+func RedactURLs(urls []string) []string {
+	r, _ := describe(Options{URLs: urls})
+	return r
+}
+
 // describe says what a bridge is configured to do: the NATS URLs without
 // their credentials, and one line per ingest and egress, for Stats.
 func describe(o Options) (urls, routes []string) {

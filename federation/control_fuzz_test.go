@@ -11,14 +11,19 @@ import (
 // FuzzControlRequest reads arbitrary bytes as a control request from a
 // peer whose certificate names n2, a member only in the second run: a
 // request is refused or decodes to one that encodes and decodes again the
-// same; a non-member never joins as another node, and nobody brings
-// queues along for another node.
+// same; a non-member never joins as another node, nobody brings queues
+// along or reports seals for another node, and nobody changes the member
+// list but through a join.
 func FuzzControlRequest(f *testing.F) {
 	for _, r := range []controlRequest{
 		{Join: &control.Member{ID: "n2", ClusterAddr: "127.0.0.1:1"}},
 		{Join: &control.Member{ID: "n9", ClusterAddr: "127.0.0.1:1"}},
 		{Command: &control.Command{Op: control.OpAdopt, Owner: "n3"}},
 		{Command: &control.Command{Op: control.OpDeleteQueue, ID: "q"}},
+		{Command: &control.Command{Op: control.OpAddMember, Member: &control.Member{ID: "n3", ClientAddr: "127.0.0.1:6666"}}},
+		{Command: &control.Command{Op: control.OpRemoveMember, ID: "n3"}},
+		{Command: &control.Command{Op: control.OpSeal, Seal: &control.SealReport{Queue: "q", Node: "n3"}}},
+		{Command: &control.Command{Op: control.OpSeal, Seal: &control.SealReport{Queue: "q", Node: "n2"}}},
 		{Ping: true},
 	} {
 		b, err := json.Marshal(r)
@@ -48,10 +53,13 @@ func FuzzControlRequest(f *testing.F) {
 		for _, member := range []bool{false, true} {
 			err := refuseControl(req, "n2", func(id string) bool { return member && id == "n2" })
 			joinsAsOther := req.Join != nil && req.Join.ID != "n2" && !member
-			adoptsForOther := req.Command != nil && req.Command.Op == control.OpAdopt && req.Command.Owner != "n2"
-			if (err != nil) != (joinsAsOther || adoptsForOther) {
-				t.Fatalf("member %v: request %s: refused %v; joins as another %v, adopts for another %v",
-					member, b, err, joinsAsOther, adoptsForOther)
+			cmd := req.Command
+			adoptsForOther := cmd != nil && cmd.Op == control.OpAdopt && cmd.Owner != "n2"
+			changesMembers := cmd != nil && (cmd.Op == control.OpAddMember || cmd.Op == control.OpRemoveMember)
+			sealsForOther := cmd != nil && cmd.Op == control.OpSeal && (cmd.Seal == nil || cmd.Seal.Node != "n2")
+			if (err != nil) != (joinsAsOther || adoptsForOther || changesMembers || sealsForOther) {
+				t.Fatalf("member %v: request %s: refused %v; joins as another %v, adopts for another %v, changes members %v, seals for another %v",
+					member, b, err, joinsAsOther, adoptsForOther, changesMembers, sealsForOther)
 			}
 		}
 	})

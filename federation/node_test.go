@@ -566,3 +566,42 @@ func BenchmarkPing(b *testing.B) {
 		}
 	})
 }
+
+// A node whose certificate the cluster CA signed, but which is no member
+// (a node removed, or one never joined), cannot rewrite a member's entry
+// with a raw add_member command: other nodes would forward that member's
+// publishes, and the [server] token with them, to the address it names.
+// Members change only through a Join, which names the certificate's node.
+func TestControlRefusesMemberChangesFromAPeer(t *testing.T) {
+	nodeTLS, _ := clusterCerts(t)
+	c := startCluster(t, 3, func(o *Options) { o.ServerTLS, o.ClientTLS = nodeTLS(o.ID) })
+	lead := c.leader()
+	srv, cli := nodeTLS("x")
+	x, err := Open(Options{ID: "x", Dir: t.TempDir(), Listen: "127.0.0.1:0", ServerTLS: srv, ClientTLS: cli,
+		ElectionTimeout: testElection, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	orig := c.nodes[lead].State().Members["n2"]
+	forged := orig
+	forged.ClientAddr = "127.0.0.1:6666"
+	for _, cmd := range []control.Command{
+		{Op: control.OpAddMember, Member: &forged},
+		{Op: control.OpRemoveMember, ID: "n2"},
+		{Op: control.OpSeal, Seal: &control.SealReport{Queue: "q", Node: "n2"}},
+	} {
+		resp, err := x.request(ctx, c.addrs[lead], controlRequest{Command: &cmd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := decodeResult(resp); !errors.Is(r.Err, appliance.ErrInvalid) {
+			t.Fatalf("%s from node x, no member: %v, want refused as invalid", cmd.Op, r.Err)
+		}
+	}
+	if got := c.nodes[lead].State().Members["n2"]; got != orig {
+		t.Fatalf("member n2 changed from %+v to %+v", orig, got)
+	}
+}

@@ -140,8 +140,16 @@ func refuseControl(req controlRequest, peer string, isMember func(string) bool) 
 	if req.Join != nil && req.Join.ID != peer && !isMember(peer) {
 		return fmt.Errorf("%w: the certificate names node %q, which may not join as %q", appliance.ErrInvalid, peer, req.Join.ID)
 	}
-	if req.Command != nil && req.Command.Op == control.OpAdopt && req.Command.Owner != peer {
-		return fmt.Errorf("%w: the certificate names node %q, which may not bring queues along for %q", appliance.ErrInvalid, peer, req.Command.Owner)
+	if cmd := req.Command; cmd != nil {
+		switch {
+		case cmd.Op == control.OpAdopt && cmd.Owner != peer:
+			return fmt.Errorf("%w: the certificate names node %q, which may not bring queues along for %q", appliance.ErrInvalid, peer, cmd.Owner)
+		case cmd.Op == control.OpAddMember || cmd.Op == control.OpRemoveMember:
+			// Members change only through a Join, checked above.
+			return fmt.Errorf("%w: %s is not taken from a peer (node %q)", appliance.ErrInvalid, cmd.Op, peer)
+		case cmd.Op == control.OpSeal && (cmd.Seal == nil || cmd.Seal.Node != peer):
+			return fmt.Errorf("%w: the certificate names node %q, which may not report seals for another node", appliance.ErrInvalid, peer)
+		}
 	}
 	return nil
 }

@@ -89,6 +89,9 @@ func relayChecked(r *bufio.Reader, w io.Writer, node string, known func(string) 
 		if err != nil {
 			return err
 		}
+		if !known(node) { // before anything of the RPC is decoded
+			return fmt.Errorf("%w: %q", ErrRaftNotMember, node)
+		}
 		req, err := newRaftRequest(t)
 		if err != nil {
 			return err
@@ -98,9 +101,6 @@ func relayChecked(r *bufio.Reader, w io.Writer, node string, known func(string) 
 		}
 		if id := string(req.GetRPCHeader().ID); id != node {
 			return fmt.Errorf("%w: it claims %q, its certificate names %q", ErrRaftImpostor, id, node)
-		}
-		if !known(node) {
-			return fmt.Errorf("%w: %q", ErrRaftNotMember, node)
 		}
 		if err := bw.WriteByte(t); err != nil {
 			return err

@@ -209,3 +209,40 @@ func FuzzRaftRelay(f *testing.F) {
 		}
 	})
 }
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n += int64(k)
+	return k, err
+}
+
+// A raft RPC from a node that is not in the configuration is refused at
+// its type byte, before any of it is decoded: 32 MiB of entries from a
+// non-member cost no memory.
+func TestRaftRelayRefusesANonMemberBeforeReadingItsRPC(t *testing.T) {
+	var buf bytes.Buffer
+	buf.WriteByte(rpcAppendEntries)
+	mh := &codec.MsgpackHandle{}
+	mh.TimeNotBuiltin = true
+	req := &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ID: []byte("n9")}}
+	for range 32 {
+		req.Entries = append(req.Entries, &raft.Log{Data: make([]byte, 1<<20)})
+	}
+	if err := codec.NewEncoder(&buf, mh).Encode(req); err != nil {
+		t.Fatal(err)
+	}
+	total := int64(buf.Len())
+	cr := &countingReader{r: &buf}
+	err := relayChecked(bufio.NewReader(cr), io.Discard, "n9", func(string) bool { return false })
+	if !errors.Is(err, ErrRaftNotMember) {
+		t.Fatalf("err %v", err)
+	}
+	if cr.n > 1<<20 {
+		t.Fatalf("read %d of %d bytes from a non-member before refusing it", cr.n, total)
+	}
+}
