@@ -18,6 +18,7 @@ import (
 	"github.com/fibril-edge/fibril/appliance/admin"
 	"github.com/fibril-edge/fibril/appliance/server"
 	"github.com/fibril-edge/fibril/appliance/wire"
+	"github.com/fibril-edge/fibril/bridge"
 )
 
 // DefaultConfigPath is where an installed fibrild looks for its config.
@@ -162,7 +163,7 @@ func decodeStrict(data []byte, c *Config) error {
 }
 
 // WriteTOML writes the config as TOML, with tokens and bridge passwords
-// redacted.
+// (and the credentials in bridge URLs) redacted.
 func (c Config) WriteTOML(w io.Writer) error {
 	redacted := make([]string, len(c.Server.Tokens)) // never nil: prints tokens = []
 	for i := range redacted {
@@ -172,6 +173,7 @@ func (c Config) WriteTOML(w io.Writer) error {
 	c.Bridge.NATS = append([]NATSBridgeConfig(nil), c.Bridge.NATS...)
 	for i := range c.Bridge.NATS {
 		n := &c.Bridge.NATS[i]
+		n.URLs = bridge.RedactURLs(n.URLs) // a URL may carry user:password@
 		if n.Password != "" {
 			n.Password = "<redacted>"
 		}

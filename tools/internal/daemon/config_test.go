@@ -204,6 +204,23 @@ func TestWriteTOMLRoundTrip(t *testing.T) {
 	}
 }
 
+// A bridge URL's user:password@ is a secret like the bridge's password:
+// --print-config leaves it out.
+func TestWriteTOMLRedactsURLCredentials(t *testing.T) {
+	c := Default()
+	c.Bridge.NATS = []NATSBridgeConfig{{Name: "b", URLs: []string{"nats://alice:s3cret@10.0.0.9:4222", "bob:hunter2@10.0.0.8:4222"}}}
+	var sb strings.Builder
+	if err := c.WriteTOML(&sb); err != nil {
+		t.Fatal(err)
+	}
+	if out := sb.String(); strings.Contains(out, "s3cret") || strings.Contains(out, "hunter2") || !strings.Contains(out, "10.0.0.9:4222") {
+		t.Fatalf("printed config: want the URLs without their credentials:\n%s", out)
+	}
+	if c.Bridge.NATS[0].URLs[0] != "nats://alice:s3cret@10.0.0.9:4222" {
+		t.Fatal("WriteTOML changed the config it printed")
+	}
+}
+
 func TestParseSize(t *testing.T) {
 	for _, tc := range []struct {
 		in   string

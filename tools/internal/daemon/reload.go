@@ -45,6 +45,12 @@ func (r reloadTargets) apply(cur, next Config, log *slog.Logger) Config {
 	if err == nil {
 		err = resolved.Validate()
 	}
+	if err == nil {
+		// The listeners stay as started: the tokens must protect those.
+		inEffect := resolved
+		inEffect.Server.Listen, inEffect.Admin, inEffect.Cluster = cur.Server.Listen, cur.Admin, cur.Cluster
+		err = inEffect.Validate()
+	}
 	if err != nil {
 		log.Error("reload refused: the config does not validate; running on the previous one", "err", err)
 		return cur
