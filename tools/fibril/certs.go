@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"unicode"
 
 	"github.com/spf13/pflag"
 
@@ -63,6 +65,9 @@ func runClusterCerts(_ context.Context, args []string, stdout, _ io.Writer) erro
 			return err
 		}
 		id := flags.Arg(1)
+		if id == "" || id == "." || id == ".." || strings.ContainsAny(id, `/\`) || strings.ContainsFunc(id, unicode.IsControl) {
+			return usagef("fibril cluster certs node: %q is not a node ID (it names the files written in --dir)", id)
+		}
 		ca, err := os.ReadFile(caCert)
 		if err != nil {
 			return fmt.Errorf("read the CA (make it with fibril cluster certs ca): %w", err)
@@ -86,10 +91,12 @@ func runClusterCerts(_ context.Context, args []string, stdout, _ io.Writer) erro
 	return usagef("fibril cluster certs: %q is not ca or node", flags.Arg(0))
 }
 
-// writeNew writes a certificate and its key, refusing to replace either.
+// writeNew writes a certificate and its key, refusing to replace either
+// (or to follow a link in their place): the key first, readable by its
+// owner only.
 func writeNew(certPath string, certPEM []byte, certMode fs.FileMode, keyPath string, keyPEM []byte) error {
 	for _, p := range []string{certPath, keyPath} {
-		if _, err := os.Stat(p); err == nil {
+		if _, err := os.Lstat(p); err == nil {
 			return fmt.Errorf("%s exists; remove it first to make a new one", p)
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return err
@@ -98,8 +105,25 @@ func writeNew(certPath string, certPEM []byte, certMode fs.FileMode, keyPath str
 	if err := os.MkdirAll(filepath.Dir(certPath), 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(keyPath, keyPEM, 0o600); err != nil {
+	if err := createNew(keyPath, keyPEM, 0o600); err != nil {
 		return err
 	}
-	return os.WriteFile(certPath, certPEM, certMode)
+	return createNew(certPath, certPEM, certMode)
+}
+
+// createNew writes a file that must not exist yet.
+func createNew(path string, data []byte, mode fs.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path) // a partial certificate or key is worse than none
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
 }

@@ -19,6 +19,14 @@ func TestClusterCerts(t *testing.T) {
 	runCLI("cluster", "certs", "node", "n1", "--dir", dir).want(t, 1, "", "exists")
 	runCLI("cluster", "certs", "node", "--dir", dir).want(t, 2, "", "")
 	runCLI("cluster", "certs", "bogus", "--dir", dir).want(t, 2, "", "not ca or node")
+	for _, id := range []string{"../n2", "a/b", "..", "n\n3"} { // an ID names files in --dir
+		runCLI("cluster", "certs", "node", id, "--dir", dir).want(t, 2, "", "not a node ID")
+	}
+	// A link left where a key goes is not followed.
+	if err := os.Symlink(filepath.Join(t.TempDir(), "elsewhere"), filepath.Join(dir, "n4-key.pem")); err != nil {
+		t.Fatal(err)
+	}
+	runCLI("cluster", "certs", "node", "n4", "--dir", dir).want(t, 1, "", "exists")
 
 	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "n1.pem"), filepath.Join(dir, "n1-key.pem"))
 	if err != nil {
