@@ -18,7 +18,8 @@ import (
 //   - Durable to buffered: the fence is taken on every partition, the new
 //     mode is recorded (the declaration), and only then are appends
 //     handed over under the weaker rule. Appends in flight keep their
-//     durable promise.
+//     durable promise (in a cluster the gate counts their durable
+//     copies: BoundaryWaiter).
 //   - Buffered to durable: the fence closes admission at a boundary (each
 //     partition's written end), each log is synced past it and its
 //     durable frontier checked, the new mode is recorded, and admission
@@ -42,6 +43,13 @@ import (
 // to d.
 type ModeSwitcher interface {
 	SwitchMode(d Durability)
+}
+
+// BoundaryWaiter is a ReplicaGate that can wait for durable copies
+// whatever it counts now: a record appended under the durable rule keeps
+// that promise (its confirm says durable) across a change to buffered.
+type BoundaryWaiter interface {
+	WaitDurable(stop <-chan struct{}, next uint64) error
 }
 
 // ErrModeChangePending: another mode change of the queue is in progress.

@@ -95,6 +95,7 @@ type pendingAppend struct {
 	entries []wal.Entry
 	room    *heldRoom                     // the room its records hold in the queue's limits; may be nil
 	done    func(wal.AppendResult, error) // after apply, on the applier goroutine
+	dur     wal.Boundary                  // the mode's boundary when handed over: what its confirm promises
 }
 
 type dedupeRecord struct {
@@ -241,6 +242,7 @@ func (p *partition) handOver(pa *pendingAppend, at *wal.Boundary, mayApply bool)
 		}
 		p.appendMarkerLocked()
 	}
+	pa.dur = dur
 	pa.c = p.log.AppendAsync(pa.entries, p.boundaryFor(dur, pa.entries))
 	if mayApply && p.gate == nil && p.inflight.Load() == 0 && completed(pa.c) && p.applying.TryLock() {
 		p.inflight.Add(1)
@@ -533,7 +535,12 @@ func (p *partition) applyOne(pa pendingAppend) {
 	res, err := pa.c.Result()
 	switch {
 	case err == nil && p.gate != nil:
-		if err = p.gate.Wait(p.closing, res.Next); err != nil {
+		if bw, ok := p.gate.(BoundaryWaiter); ok && pa.dur == wal.AfterFsync {
+			err = bw.WaitDurable(p.closing, res.Next) // durable as handed over, whatever the mode now
+		} else {
+			err = p.gate.Wait(p.closing, res.Next)
+		}
+		if err != nil {
 			err = fmt.Errorf("%w: queue %s partition %d: not enough copies: %w", ErrUnavailable, p.q.cfg().Name, p.idx, err)
 			break
 		}

@@ -333,13 +333,26 @@ func (op *ownedPartition) streamStats() map[string]replication.SenderStats {
 }
 
 func (op *ownedPartition) Wait(stop <-chan struct{}, next uint64) error {
+	return op.wait(stop, next, false)
+}
+
+// WaitDurable is Wait for a record appended under the durable rule
+// (appliance.BoundaryWaiter).
+func (op *ownedPartition) WaitDurable(stop <-chan struct{}, next uint64) error {
+	return op.wait(stop, next, true)
+}
+
+// wait waits for the gate, and gives up once the partition is fenced: a
+// fenced owner confirms nothing more (FAILOVER.md), though positions sent
+// before its followers sealed may still arrive.
+func (op *ownedPartition) wait(stop <-chan struct{}, next uint64, durable bool) error {
 	select {
 	case <-op.ready:
 	case <-stop:
 		return fmt.Errorf("%w (the partition's assignment is not known on this node yet)", replication.ErrStopped)
 	}
 	g := op.currentGate()
-	if err := g.Wait(stop, next); err != nil {
+	if err := g.WaitFor(replication.WaitOptions{Stop: stop, Fenced: op.fencedCh, Durable: durable}, next); err != nil {
 		return fmt.Errorf("%w (%s)", err, g.Pending(next))
 	}
 	return nil

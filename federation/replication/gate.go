@@ -126,7 +126,10 @@ func (g *Gate) Ceiling() uint64 {
 	return g.ceilingLocked()
 }
 
-func (g *Gate) ceilingLocked() uint64 {
+func (g *Gate) ceilingLocked() uint64 { return g.ceilingAtLocked(g.boundary) }
+
+// ceilingAtLocked is the ceiling counting copies at boundary.
+func (g *Gate) ceilingAtLocked(boundary Boundary) uint64 {
 	need := g.required - 1
 	if need <= 0 {
 		return ^uint64(0)
@@ -136,7 +139,7 @@ func (g *Gate) ceilingLocked() uint64 {
 	}
 	pos := make([]uint64, 0, len(g.followers))
 	for _, p := range g.followers {
-		if g.boundary == Written {
+		if boundary == Written {
 			pos = append(pos, p.Written)
 		} else {
 			pos = append(pos, p.Durable)
@@ -148,9 +151,37 @@ func (g *Gate) ceilingLocked() uint64 {
 
 // Wait blocks until the ceiling reaches next, or stop closes.
 func (g *Gate) Wait(stop <-chan struct{}, next uint64) error {
+	return g.WaitFor(WaitOptions{Stop: stop}, next)
+}
+
+// WaitOptions say what else ends a WaitFor, and what it counts.
+type WaitOptions struct {
+	Stop   <-chan struct{} // closed: ErrStopped
+	Fenced <-chan struct{} // closed: ErrFenced, checked before the ceiling
+	// Durable counts durable positions whatever the gate's boundary: for
+	// a record appended under the durable rule, whose confirm promises
+	// that though the queue changed to buffered while it waited.
+	Durable bool
+}
+
+// ErrFenced: the owner was fenced (a newer epoch) before the ceiling
+// reached the record; it confirms nothing more.
+var ErrFenced = errors.New("replication: the owner was fenced")
+
+// WaitFor is Wait with o's other ends and count.
+func (g *Gate) WaitFor(o WaitOptions, next uint64) error {
 	for {
+		select {
+		case <-o.Fenced:
+			return ErrFenced
+		default:
+		}
 		g.mu.Lock()
-		if g.ceilingLocked() >= next {
+		b := g.boundary
+		if o.Durable {
+			b = Durable
+		}
+		if g.ceilingAtLocked(b) >= next {
 			g.mu.Unlock()
 			return nil
 		}
@@ -158,8 +189,10 @@ func (g *Gate) Wait(stop <-chan struct{}, next uint64) error {
 		g.mu.Unlock()
 		select {
 		case <-ch:
-		case <-stop:
+		case <-o.Stop:
 			return ErrStopped
+		case <-o.Fenced:
+			return ErrFenced
 		}
 	}
 }

@@ -127,3 +127,32 @@ func TestGateFloorPassesAFollowerGoneTooLong(t *testing.T) {
 		t.Fatalf("floor %d: gone stays past the hold across SetFollowers, want 90", f)
 	}
 }
+
+// WaitFor counts durable positions when asked, whatever the gate's
+// boundary (a record appended under the durable rule before a change to
+// buffered), and gives up once the owner is fenced, even with the ceiling
+// reached: a fenced owner confirms nothing more.
+func TestGateWaitForDurableAndFenced(t *testing.T) {
+	g := NewGate(Written, 2, []string{"a"})
+	g.Update("a", Position{Written: 20, Durable: 5})
+	stop, fenced := make(chan struct{}), make(chan struct{})
+	defer close(stop)
+	if err := g.WaitFor(WaitOptions{Stop: stop, Fenced: fenced}, 20); err != nil {
+		t.Fatalf("written wait with a written at 20: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.WaitFor(WaitOptions{Stop: stop, Fenced: fenced, Durable: true}, 20) }()
+	g.Update("a", Position{Written: 25, Durable: 19}) // still short of 20 durable
+	g.Update("a", Position{Written: 25, Durable: 20})
+	if err := <-done; err != nil {
+		t.Fatalf("durable wait: %v", err)
+	}
+	go func() { done <- g.WaitFor(WaitOptions{Stop: stop, Fenced: fenced, Durable: true}, 30) }()
+	close(fenced)
+	if err := <-done; err != ErrFenced {
+		t.Fatalf("a waiter when the owner is fenced: %v, want ErrFenced", err)
+	}
+	if err := g.WaitFor(WaitOptions{Stop: stop, Fenced: fenced}, 10); err != ErrFenced {
+		t.Fatalf("a wait already met, the owner fenced: %v, want ErrFenced", err)
+	}
+}
