@@ -30,6 +30,12 @@ var (
 	// ErrOrphanLogs: the data directory holds queue logs that no
 	// declaration in the metadata store names (declfile.go); a conflict.
 	ErrOrphanLogs = fmt.Errorf("%w: queue logs without a declaration", ErrConflict)
+	// ErrForwardBroken: a publish forwarded to its queue's owner failed
+	// where a later publish of the same connection could be stored ahead
+	// of its resend (the owner's connection lost, the queue moved). The
+	// server ends the publishing connection, as the owner's loss would
+	// have, so the client resends from its first unconfirmed publish.
+	ErrForwardBroken = fmt.Errorf("%w: a forwarded publish failed", ErrUnavailable)
 )
 
 // ErrorClass is one entry of the error catalog: the errors that match Err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -138,6 +139,21 @@ func (c *Cluster) waitSettled(queue string) {
 // those have completed: they go to this node's broker after the earlier
 // ones.
 func (c *Cluster) Forward(queue string, m appliance.Message, done func(appliance.Confirm, error)) bool {
+	return c.ForwardFrom(nil, queue, m, done)
+}
+
+// ForwardFrom is Forward for a publish from a pipelining connection,
+// from (any comparable value naming it; nil for none). A forwarded
+// publish has an outcome of its own, apart from its connection's: one
+// that fails unavailable (the owner's connection lost, the queue moved)
+// may be resent by the client after later ones were stored, where on the
+// owner the lost connection would have failed them all. So once one of
+// from's publishes fails so, every later one of from's to the queue fails
+// too, unsent, with appliance.ErrForwardBroken, and the server ends the
+// connection; and a publish of from's goes out only on the owner
+// connection its predecessor went out on, while that one waits
+// (client.PublishAsyncAfter).
+func (c *Cluster) ForwardFrom(from any, queue string, m appliance.Message, done func(appliance.Confirm, error)) bool {
 	if _, _, ok := c.Owner(queue); !ok && !c.forwarding(queue) {
 		return false
 	}
@@ -155,7 +171,7 @@ func (c *Cluster) Forward(queue string, m appliance.Message, done func(appliance
 		fw.pending.Add(-1)
 	}
 	select {
-	case fw.requests <- fwdRequest{ctx: ctx, cancel: cancel, m: m, done: done}:
+	case fw.requests <- fwdRequest{ctx: ctx, cancel: cancel, from: from, m: m, done: done}:
 	case <-c.stop:
 		cancel()
 		done(appliance.Confirm{}, fmt.Errorf("%w: node closing", appliance.ErrUnavailable))
@@ -168,6 +184,7 @@ func (c *Cluster) Forward(queue string, m appliance.Message, done func(appliance
 type fwdRequest struct {
 	ctx    context.Context
 	cancel context.CancelFunc
+	from   any // the publishing connection; nil for none
 	m      appliance.Message
 	done   func(appliance.Confirm, error)
 }
@@ -199,6 +216,57 @@ type queueForwarder struct {
 	requests chan fwdRequest
 	sent     chan fwdSent
 	pending  atomic.Int64 // publishes taken and not completed
+
+	// prev is each connection's publish sent last, for the next to
+	// follow on its owner connection; send's alone.
+	prev map[any]*client.Future
+
+	mu     sync.Mutex        // guards broken
+	broken map[any]time.Time // connections with a failed publish (ForwardFrom), and when
+}
+
+// brokenFor is how long a connection with a failed forwarded publish is
+// remembered: past every deadline of a publish it could still send.
+const brokenFor = 2 * forwardTimeout
+
+// isBroken reports whether from had a forwarded publish fail.
+func (fw *queueForwarder) isBroken(from any) bool {
+	if from == nil {
+		return false
+	}
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	_, ok := fw.broken[from]
+	return ok
+}
+
+// breakFor records that from had a publish fail, forgetting connections
+// recorded long ago.
+func (fw *queueForwarder) breakFor(from any) {
+	if from == nil {
+		return
+	}
+	now := time.Now()
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	for k, at := range fw.broken {
+		if now.Sub(at) > brokenFor {
+			delete(fw.broken, k)
+		}
+	}
+	fw.broken[from] = now
+}
+
+// breaksOrder reports whether a forwarded publish's failure could let a
+// later one of its connection be stored ahead of its resend: unavailable
+// (a refusal, such as a full queue, is final and changes nothing after).
+func breaksOrder(err error) bool { return errors.Is(err, appliance.ErrUnavailable) }
+
+// errBrokenBefore fails a publish of a connection whose earlier forwarded
+// publish failed.
+func errBrokenBefore(queue string) error {
+	return fmt.Errorf("%w: an earlier publish of this connection to queue %s failed; this one was not sent, so it cannot overtake that one",
+		appliance.ErrForwardBroken, queue)
 }
 
 // forwarding reports whether queue has forwarded publishes not completed.
@@ -226,7 +294,8 @@ func (c *Cluster) queueForwarder(queue string) (*queueForwarder, bool) {
 	if fw, ok := c.forwarders[queue]; ok {
 		return fw, true
 	}
-	fw := &queueForwarder{requests: make(chan fwdRequest, forwardQueueDepth), sent: make(chan fwdSent, forwardQueueDepth)}
+	fw := &queueForwarder{requests: make(chan fwdRequest, forwardQueueDepth), sent: make(chan fwdSent, forwardQueueDepth),
+		prev: map[any]*client.Future{}, broken: map[any]time.Time{}}
 	c.forwarders[queue] = fw
 	c.wg.Add(2)
 	go c.sendForwarded(queue, fw)
@@ -272,6 +341,12 @@ func (c *Cluster) sendForwarded(queue string, fw *queueForwarder) {
 				}
 			}
 		}
+		if fw.isBroken(req.from) || prevFailed(fw.prev[req.from]) {
+			fw.breakFor(req.from)
+			req.cancel()
+			req.done(appliance.Confirm{}, errBrokenBefore(queue))
+			continue
+		}
 		if errors.Is(err, errServedHere) {
 			// This node took the queue over (a failover) since the
 			// publish arrived: its broker confirms it, in order.
@@ -282,6 +357,10 @@ func (c *Cluster) sendForwarded(queue string, fw *queueForwarder) {
 			continue
 		}
 		if err != nil {
+			if breaksOrder(err) && req.from != nil {
+				fw.breakFor(req.from)
+				err = fmt.Errorf("%w: %w", appliance.ErrForwardBroken, err)
+			}
 			req.cancel()
 			req.done(appliance.Confirm{}, err)
 			continue
@@ -291,21 +370,68 @@ func (c *Cluster) sendForwarded(queue string, fw *queueForwarder) {
 			headers[i] = client.Header{Key: h.Key, Value: h.Value}
 		}
 		msg := client.Message{ID: req.m.ID, Key: req.m.Key, Headers: headers, Body: req.m.Body}
-		f := cl.PublishAsync(queue, msg)
-		select {
-		case <-f.Done():
-			if _, err := f.Result(); errors.Is(err, client.ErrNotConnected) {
-				// The owner is reconnecting: wait for it, but not past
-				// the moment it loses the queue to a failover.
-				ctx, stop := c.whileOwner(req.ctx, queue, id)
-				f = cl.PublishAsyncContext(ctx, queue, msg)
-				stop()
+		var f *client.Future
+		if p := fw.prev[req.from]; p != nil && !isDone(p) {
+			// Behind its connection's last, on the same owner
+			// connection: if that one is lost, this fails with it.
+			f = cl.PublishAsyncAfter(req.ctx, p, queue, msg)
+		} else {
+			f = cl.PublishAsync(queue, msg)
+			select {
+			case <-f.Done():
+				if _, err := f.Result(); errors.Is(err, client.ErrNotConnected) {
+					// The owner is reconnecting: wait for it, but not
+					// past the moment it loses the queue to a failover.
+					ctx, stop := c.whileOwner(req.ctx, queue, id)
+					f = cl.PublishAsyncContext(ctx, queue, msg)
+					stop()
+				}
+			default:
 			}
-		default:
+		}
+		if req.from != nil {
+			fw.notePrev(req.from, f)
 		}
 		last = &fwdSent{req: req, id: id, f: f, completed: make(chan struct{})}
 		fw.sent <- *last
 	}
+}
+
+// maxPrev bounds the connections whose last publish a forwarder keeps;
+// past it those whose last one succeeded are forgotten (the next one of
+// theirs starts afresh, as it would).
+const maxPrev = 1024
+
+// notePrev keeps f as from's last publish sent; send's alone.
+func (fw *queueForwarder) notePrev(from any, f *client.Future) {
+	if len(fw.prev) >= maxPrev {
+		for k, p := range fw.prev {
+			if isDone(p) && !prevFailed(p) {
+				delete(fw.prev, k)
+			}
+		}
+	}
+	fw.prev[from] = f
+}
+
+// isDone reports whether f has its outcome.
+func isDone(f *client.Future) bool {
+	select {
+	case <-f.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// prevFailed reports whether a connection's last forwarded publish f
+// failed so that a later one could overtake it.
+func prevFailed(f *client.Future) bool {
+	if f == nil || !isDone(f) {
+		return false
+	}
+	_, err := f.Result()
+	return err != nil && breaksOrder(brokerError(err))
 }
 
 // confirmForwarded completes sent publishes in the order they were sent.
@@ -329,6 +455,10 @@ func (c *Cluster) confirmForwarded(queue string, fw *queueForwarder) {
 				err = fmt.Errorf("forwarded to node %s: %w", s.id, brokerError(err))
 			}
 			cf = appliance.Confirm{Partition: ccf.Partition, Offset: ccf.Offset, Duplicate: ccf.Duplicate, Durability: ccf.Durability}
+		}
+		if err != nil && s.req.from != nil && breaksOrder(err) {
+			fw.breakFor(s.req.from)
+			err = fmt.Errorf("%w: %w", appliance.ErrForwardBroken, err)
 		}
 		s.req.cancel()
 		s.req.done(cf, err)

@@ -76,6 +76,54 @@ func TestForwardedPublishesKeepTheirOrder(t *testing.T) {
 	t.Logf("across the owner's restart %d of 400 publishes confirmed, in order", got)
 }
 
+// A publisher that keeps its order across a lost connection (each publish
+// pinned behind the one before, client.PublishAsyncAfter) publishes
+// through a node that does not own the queue while the owner restarts.
+// Once one of its publishes fails, none after it may be confirmed: the
+// resend of the failed one would be stored behind it. The node ends the
+// publishing connection, as the owner's loss would have, and a publisher
+// starting afresh on a new connection is confirmed again.
+func TestForwardedFailureIsNotOvertaken(t *testing.T) {
+	owner, cl, ctx := throughAnother(t, appliance.QueueConfig{Name: "chained", Durability: appliance.Durable})
+	const n = 400
+	futures := make([]*client.Future, n)
+	restarted := make(chan struct{})
+	var prev *client.Future
+	for i := range n {
+		prev = cl.PublishAsyncAfter(ctx, prev, "chained", client.Message{Body: []byte(fmt.Sprint(i))})
+		futures[i] = prev
+		time.Sleep(2 * time.Millisecond) // paced, so that the restart falls among them
+		if i == n/4 {
+			go func() { defer close(restarted); owner.restart(t) }()
+		}
+	}
+	firstFailed := -1
+	for i, f := range futures {
+		_, err := f.Wait(ctx)
+		if err != nil {
+			if !errors.Is(err, client.ErrUnavailable) && !errors.Is(err, client.ErrConnectionLost) &&
+				!errors.Is(err, client.ErrNotConnected) {
+				t.Fatalf("publish %d: %v", i, err)
+			}
+			if firstFailed < 0 {
+				firstFailed = i
+			}
+			continue
+		}
+		if firstFailed >= 0 {
+			t.Fatalf("publish %d failed, then publish %d, pinned behind it, was confirmed: a resend of %d would land behind it",
+				firstFailed, i, firstFailed)
+		}
+	}
+	<-restarted
+	for i := range 20 { // afresh, after the owner is back
+		if _, err := cl.PublishAsyncContext(ctx, "chained", client.Message{Body: []byte(fmt.Sprint("after-", i))}).Wait(ctx); err != nil {
+			t.Fatalf("a publish after the restart: %v", err)
+		}
+	}
+	t.Logf("the chain broke at publish %d of %d", firstFailed, n)
+}
+
 // A publish's body is read in place from the connection's buffer, valid
 // only while the publish is handled: a forwarded one must be stored on
 // the owner as it was sent, with publishes pipelined across many refills

@@ -17,10 +17,13 @@ type Cluster interface {
 	// effect; when this node serves the queue, the local broker has it on
 	// return.
 	Declare(ctx context.Context, c appliance.QueueConfig) (appliance.DeclareResult, error)
-	// Forward publishes m to the node serving queue and reports whether it
-	// did; false when this node serves the queue or no node does. m.Body
-	// is valid only until Forward returns: it copies what it keeps.
-	Forward(queue string, m appliance.Message, done func(appliance.Confirm, error)) bool
+	// ForwardFrom publishes m, from the connection from, to the node
+	// serving queue and reports whether it did; false when this node
+	// serves the queue or no node does. m.Body is valid only until it
+	// returns: it copies what it keeps. A publish that fails with
+	// appliance.ErrForwardBroken leaves every later one of from's to the
+	// queue failed too, unsent, until from ends: the server ends it.
+	ForwardFrom(from any, queue string, m appliance.Message, done func(appliance.Confirm, error)) bool
 	// Local reports, without waiting, that this node serves queue and
 	// Forward would return false at once; false says Forward may wait
 	// (a queue unknown here, moving, or recovering) or forward.

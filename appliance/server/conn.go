@@ -57,6 +57,9 @@ type conn struct {
 	ready      atomic.Bool // HelloOK is queued
 	shed       atomic.Bool // closing a slow consumer: the writer skips the deliveries it holds
 	paused     atomic.Bool // over the delivery budget: its subscriptions take no deliveries; written under pauseMu
+	// orderBroken: a forwarded publish failed where a later one could
+	// overtake it (appliance.ErrForwardBroken); the connection is ending.
+	orderBroken atomic.Bool
 
 	pauseMu sync.Mutex                 // guards live, and is held while the subscriptions are paused or resumed
 	live    map[*subscription]Consumer // the connection's subscriptions, for setPaused

@@ -166,6 +166,9 @@ func (c *conn) publish(f *wire.Publish) bool {
 		defer c.recoverPanic("publish callback")
 		if err != nil {
 			c.push(c.errorFrame(corr, err))
+			if errors.Is(err, appliance.ErrForwardBroken) {
+				c.breakOrder()
+			}
 			return
 		}
 		c.stats.confirmed.Add(1)
@@ -182,11 +185,35 @@ func (c *conn) route(queue string, m appliance.Message, done func(appliance.Conf
 		// Forward may wait; what is held goes first, so it waits for
 		// nothing and keeps its place ahead of this publish.
 		c.pub.Flush()
-		if cl.Forward(queue, m, done) {
+		if cl.ForwardFrom(c, queue, m, done) {
 			return
 		}
 	}
+	// Read after Local: a queue is local again only once its forwarded
+	// publishes completed, and a broken one set the flag before that.
+	if c.orderBroken.Load() {
+		done(appliance.Confirm{}, fmt.Errorf("%w: an earlier publish of this connection failed; not published, so it cannot overtake that one", appliance.ErrForwardBroken))
+		return
+	}
 	c.pub.PublishAsync(queue, m, done)
+}
+
+// breakOrder ends the connection after a forwarded publish failed where
+// a later one could overtake its resend: no request is taken from now on,
+// and the connection closes once the replies queued so far are written.
+// The client sees what a lost owner would have shown it: everything
+// unconfirmed failed, to be resent in order on a new connection.
+func (c *conn) breakOrder() {
+	if c.orderBroken.Swap(true) {
+		return
+	}
+	c.mu.Lock()
+	c.draining = true
+	c.mu.Unlock()
+	c.log.Info("a publish forwarded to its queue's owner failed; closing the connection so that its later publishes cannot overtake the resend")
+	c.enqueue(outFrame{frame: &wire.Error{Code: wire.CodeUnavailable,
+		Message: "a publish forwarded to its queue's owner failed: resend from the first unconfirmed publish on a new connection"},
+		size: 64, closing: true})
 }
 
 func (c *conn) subscribe(f *wire.Subscribe) wire.Frame {

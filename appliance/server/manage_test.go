@@ -149,7 +149,7 @@ func (f *fakeCluster) Declare(ctx context.Context, c appliance.QueueConfig) (app
 	return f.b.Declare(ctx, c)
 }
 
-func (*fakeCluster) Forward(string, appliance.Message, func(appliance.Confirm, error)) bool {
+func (*fakeCluster) ForwardFrom(any, string, appliance.Message, func(appliance.Confirm, error)) bool {
 	return false
 }
 
