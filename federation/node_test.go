@@ -605,3 +605,37 @@ func TestControlRefusesMemberChangesFromAPeer(t *testing.T) {
 		t.Fatalf("member n2 changed from %+v to %+v", orig, got)
 	}
 }
+
+// A seal report, like an adoption, names its node, and the leader checks
+// that name against the certificate of the node that sent it. A node that
+// does not lead does not pass such a request on (the leader would see its
+// certificate and refuse the report as another node's): it answers that
+// it does not lead, and the node that sent it asks the leader itself.
+func TestControlKeepsNodeBoundCommandsToTheirSender(t *testing.T) {
+	nodeTLS, _ := clusterCerts(t)
+	c := startCluster(t, 3, func(o *Options) { o.ServerTLS, o.ClientTLS = nodeTLS(o.ID) })
+	lead := c.leader()
+	var others []string
+	for _, id := range c.ids {
+		if id != lead {
+			others = append(others, id)
+		}
+	}
+	from, via := others[0], others[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	self := c.nodes[from].opts.ID
+	for _, cmd := range []control.Command{
+		{Op: control.OpSeal, Seal: &control.SealReport{Queue: "q", Node: self}},
+		{Op: control.OpAdopt, Owner: self},
+	} {
+		resp, err := c.nodes[from].request(ctx, c.addrs[via], controlRequest{Command: &cmd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := decodeResult(resp); !errors.Is(r.Err, ErrNoLeader) {
+			t.Fatalf("%s for %s sent through %s, which does not lead: %v, want ErrNoLeader (not passed on)",
+				cmd.Op, self, c.nodes[via].opts.ID, r.Err)
+		}
+	}
+}

@@ -178,7 +178,15 @@ func (n *Node) serveControl(c net.Conn) {
 		json.NewEncoder(c).Encode(encodeResult(control.Result{Err: ErrNoLeader}))
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), servingKey{}, req.Hops), controlTimeout-time.Second)
+	hops := req.Hops
+	if req.Command != nil && (req.Command.Op == control.OpAdopt || req.Command.Op == control.OpSeal) {
+		// Bound to the node that sent it (refuseControl): the leader
+		// checks it against its sender's certificate, so it is not
+		// passed on; a node that does not lead answers ErrNoLeader and
+		// the sender asks the leader itself.
+		hops = maxHops
+	}
+	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), servingKey{}, hops), controlTimeout-time.Second)
 	defer cancel()
 	if req.Live != "" {
 		idx, member, err := n.askLive(ctx, req.Live) // answered here when leading, else forwarded
