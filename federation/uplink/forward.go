@@ -27,8 +27,10 @@ type forwarder struct {
 	local, remote string
 	lc, rc        *client.Client
 	in            chan *client.Delivery // from the local consumer's handler
+	ackDeadline   time.Duration         // the local queue's, when Info says; run's alone
 
 	mu     sync.Mutex
+	leased map[position]*client.Delivery // held, for the lease keeper
 	st     QueueStats
 	oldest time.Time // when the oldest message held was taken; zero: none
 }
@@ -99,6 +101,7 @@ func (f *forwarder) prepare(ctx context.Context) bool {
 			}
 			continue
 		}
+		f.ackDeadline = local.AckDeadline
 		var res client.DeclareResult
 		if err == nil {
 			dctx, cancel := context.WithTimeout(ctx, declareTimeout)
@@ -152,6 +155,7 @@ func (f *forwarder) localInfo(ctx context.Context) (LocalQueue, bool, error) {
 
 // take is the local consumer's handler: it hands the delivery to forward.
 func (f *forwarder) take(ctx context.Context, d *client.Delivery) error {
+	f.lease(position{part: d.Partition, incarnation: d.Incarnation, offset: d.Offset}, d)
 	select {
 	case f.in <- d:
 	case <-ctx.Done():
@@ -172,6 +176,16 @@ func (f *forwarder) forward(ctx context.Context, cons *client.Consumer) error {
 		failures int
 	)
 	defer f.held(0, time.Time{})
+	// Held messages keep their leases, even while a send blocks on the
+	// lost link: an expiry counts as a delivery, and past MaxDeliveries
+	// the local broker discards the message or dead-letters it.
+	keepCtx, stopKeep := context.WithCancel(ctx)
+	defer stopKeep()
+	every := f.u.opts.ExtendEvery
+	if f.ackDeadline > 0 {
+		every = min(every, max(f.ackDeadline/3, time.Millisecond))
+	}
+	go f.keepLeases(keepCtx, every)
 	for {
 		for next < len(pending) && next < f.u.opts.Window {
 			e := pending[next]
@@ -239,6 +253,7 @@ func (f *forwarder) forward(ctx context.Context, cons *client.Consumer) error {
 			pending = pending[1:]
 			next--
 			delete(byPos, position{part: e.d.Partition, incarnation: e.d.Incarnation, offset: e.d.Offset})
+			f.lease(position{part: e.d.Partition, incarnation: e.d.Incarnation, offset: e.d.Offset}, nil)
 			if err != nil {
 				f.u.log.Error("the remote queue can never take this message; discarded locally (to the dead-letter queue if it has one)",
 					"queue", f.local, "partition", e.d.Partition, "offset", e.d.Offset, "err", err)
@@ -336,4 +351,41 @@ func permanent(err error) bool {
 // operator can change that.
 func refusal(err error) bool {
 	return errors.Is(err, client.ErrUnauthorized) || errors.Is(err, client.ErrConflict) || errors.Is(err, client.ErrBadRequest)
+}
+
+// lease records d as held at pos (nil: no longer held).
+func (f *forwarder) lease(pos position, d *client.Delivery) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.leased == nil {
+		f.leased = make(map[position]*client.Delivery)
+	}
+	if d == nil {
+		delete(f.leased, pos)
+	} else {
+		f.leased[pos] = d
+	}
+}
+
+// keepLeases extends the lease of every delivery held, every period.
+func (f *forwarder) keepLeases(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	defer func() { f.mu.Lock(); clear(f.leased); f.mu.Unlock() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		f.mu.Lock()
+		ds := make([]*client.Delivery, 0, len(f.leased))
+		for _, d := range f.leased {
+			ds = append(ds, d)
+		}
+		f.mu.Unlock()
+		for _, d := range ds {
+			_ = d.InProgress()
+		}
+	}
 }

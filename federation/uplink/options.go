@@ -20,6 +20,7 @@ const (
 	DefaultRescan       = 2 * time.Second
 	DefaultMinBackoff   = 100 * time.Millisecond
 	DefaultMaxBackoff   = 10 * time.Second
+	DefaultExtendEvery  = 10 * time.Second // a third of the default ack deadline
 	// MaxDedupeWindow is the longest dedupe window a broker accepts.
 	MaxDedupeWindow = 7 * 24 * time.Hour
 )
@@ -32,6 +33,9 @@ type LocalQueue struct {
 	Durability client.Durability
 	Messages   int64 // unsettled: the backlog still to forward, in flight included
 	Bytes      int64 // what those messages store
+	// AckDeadline is the queue's lease on a delivery (0: not known); the
+	// uplink extends the leases of what it holds well within it.
+	AckDeadline time.Duration
 }
 
 // Options configure an Uplink. Zero values mean the documented default.
@@ -82,6 +86,13 @@ type Options struct {
 	// next attempt; it doubles from MinBackoff, jittered. Defaults
 	// DefaultMinBackoff and DefaultMaxBackoff.
 	MinBackoff, MaxBackoff time.Duration
+	// ExtendEvery is how often the leases of the messages the uplink
+	// holds are extended, so that an outage longer than the local queue's
+	// MaxDeliveries times its AckDeadline does not discard them (each
+	// lapsed lease counts as a delivery). A third of the queue's
+	// AckDeadline when Info gives it and that is sooner. Default
+	// DefaultExtendEvery.
+	ExtendEvery time.Duration
 	// Logger receives the uplink's events. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -165,6 +176,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxBackoff == 0 {
 		o.MaxBackoff = max(DefaultMaxBackoff, o.MinBackoff)
+	}
+	if o.ExtendEvery <= 0 {
+		o.ExtendEvery = DefaultExtendEvery
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

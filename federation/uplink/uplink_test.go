@@ -63,7 +63,8 @@ func (s *site) options(queues ...string) uplink.Options {
 			if err != nil {
 				return uplink.LocalQueue{}, false
 			}
-			return uplink.LocalQueue{Durability: in.Config.Durability, Messages: in.Messages, Bytes: in.Bytes}, true
+			return uplink.LocalQueue{Durability: in.Config.Durability, Messages: in.Messages, Bytes: in.Bytes,
+				AckDeadline: in.Config.AckDeadline}, true
 		},
 		Logger: brokertest.Quiet(),
 	}
@@ -342,4 +343,54 @@ func TestOptionsRefused(t *testing.T) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
 		}
 	}
+}
+
+// The uplink keeps the leases of what it holds through an outage: a lapsed
+// lease counts as a delivery, and past MaxDeliveries the edge would
+// discard the message. A clock queue with the same lease and a consumer
+// that never acks shows when three leases have lapsed; by then nothing
+// the uplink holds may have been discarded, and once the link is back
+// everything reaches upstream.
+func TestUplinkKeepsItsLeasesThroughAnOutage(t *testing.T) {
+	ctx := testCtx(t)
+	s := newSite(t)
+	lease := appliance.QueueConfig{Durability: appliance.Durable, MaxDeliveries: 3, AckDeadline: 500 * time.Millisecond}
+	q, clock := lease, lease
+	q.Name, clock.Name = "q", "clock"
+	declare(t, s.edge, q)
+	declare(t, s.edge, clock)
+	u, _ := run(t, s.options("q")) // Info gives the lease: extended every third of it
+	await.Until(t, ctx, "connected", func() bool {
+		st := u.Stats()
+		return len(st.Queues) == 1 && st.Queues[0].State == "connected"
+	})
+	s.link.Cut()
+	const n = 50
+	publishN(t, ctx, s.edgeAddr, "q", 0, n)
+	await.Until(t, ctx, "the uplink to hold every message", func() bool {
+		in, err := s.edge.QueueInfo("q")
+		return err == nil && in.InFlight == n
+	})
+	c, err := client.Dial(ctx, s.edgeAddr, client.Options{Logger: brokertest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sub, err := c.Subscribe(ctx, "clock", client.SubscribeOptions{Prefetch: 1, ManualAck: true,
+		Handler: func(context.Context, *client.Delivery) error { return nil }}) // never settles
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	publishN(t, ctx, s.edgeAddr, "clock", 0, 1)
+	await.Until(t, ctx, "three leases to lapse on the clock queue", func() bool {
+		in, err := s.edge.QueueInfo("clock")
+		return err == nil && in.Counters.Discarded >= 1
+	})
+	if in, err := s.edge.QueueInfo("q"); err != nil || in.Counters.Discarded != 0 || in.Counters.DeadLettered != 0 || in.Messages != n {
+		t.Fatalf("after three lapsed leases the edge holds %d of %d (discarded %d, dead-lettered %d; err %v)",
+			in.Messages, n, in.Counters.Discarded, in.Counters.DeadLettered, err)
+	}
+	s.link.Restore()
+	await.Until(t, ctx, "everything upstream", func() bool { return messages(t, s.edge, "q") == 0 && messages(t, s.hq, "q") == n })
 }

@@ -108,7 +108,8 @@ func startUplinks(cfg Config, fibrilAddr string, serverTLS *tls.Config, b *appli
 		if err != nil {
 			return uplink.LocalQueue{}, false
 		}
-		return uplink.LocalQueue{Durability: in.Config.Durability, Messages: in.Messages, Bytes: in.Bytes}, true
+		return uplink.LocalQueue{Durability: in.Config.Durability, Messages: in.Messages, Bytes: in.Bytes,
+			AckDeadline: in.Config.AckDeadline}, true
 	}
 	for i := range cfg.Uplink {
 		o, err := cfg.uplinkOptions(i, local, log.With("component", "uplink"))
