@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"math/rand/v2"
 	"sort"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -206,7 +207,13 @@ func (l *Log) writeIncarnation(s incarnationState) error {
 func nextIncarnation(prev incarnationState, ok, existed bool, rep *RecoveryReport) (uint64, bool) {
 	switch {
 	case !ok && !existed:
-		return 0, false // a new log: nothing was ever handed out
+		// A new log: nothing was ever handed out under its name, but a
+		// log of the same name may have been (a queue deleted and
+		// declared again, a data directory wiped): a number of its own,
+		// at random, keeps (Partition, Offset, Incarnation) from naming
+		// that log's messages to whoever remembers them (an upstream's
+		// dedupe of an uplink's ids).
+		return firstIncarnation(), false
 	case !ok:
 		return 1, true // a log from before incarnations were kept
 	case prev.clean && prev.cleanEnd == rep.End && rep.Stop == nil:
@@ -214,6 +221,11 @@ func nextIncarnation(prev incarnationState, ok, existed bool, rep *RecoveryRepor
 	}
 	return prev.n + 1, true
 }
+
+// firstIncarnation is a new log's incarnation: at random, above the
+// numbers a log without a history is given (0 for records from before it,
+// 1 for the Open that found it so).
+func firstIncarnation() uint64 { return 2 + rand.Uint64N(1<<31) }
 
 // openIncarnation is recovery step 9: it settles the incarnation this Open
 // starts and records it, not closed cleanly, before the writer starts.
@@ -230,7 +242,11 @@ func (l *Log) openIncarnation(existed bool) error {
 		l.starts = nextStarts(prev.starts, n, l.recovery.End, l.head)
 	}
 	if !ok && !existed {
-		return nil // nothing to clear: a crash before the first Close finds segments and no file
+		// Its records are named n from the log's start, and the file says
+		// so from now on: a crash before the first Close must not lose
+		// the name (the records would come back under another, and an
+		// upstream would take them for new).
+		l.starts = []incarnationStart{{n: n, first: l.recovery.End}}
 	}
 	if isNew {
 		l.opts.Logger.Info("wal: the log starts a new incarnation: offsets past its end may be reused",

@@ -98,10 +98,10 @@ func TestIncarnationAcrossReopens(t *testing.T) {
 		}
 	}
 	l := mustOpen(t, fs, dir, incarnationOpts)
-	if got := l.Incarnation(); got != 0 || l.Recovery().NewIncarnation {
-		t.Fatalf("a new log: incarnation %d (new %v), want 0", got, l.Recovery().NewIncarnation)
+	want := l.Incarnation()
+	if want < 2 || l.Recovery().NewIncarnation {
+		t.Fatalf("a new log: incarnation %d (new %v), want one of its own, at least 2", want, l.Recovery().NewIncarnation)
 	}
-	want := uint64(0)
 	for _, step := range []struct {
 		name string
 		stop func(l *Log) // ends the open log
@@ -206,17 +206,18 @@ func TestIncarnationOnAFullDisk(t *testing.T) {
 		return nil
 	}))
 	l := mustOpen(t, fs, dir, incarnationOpts)
+	first := l.Incarnation()
 	if _, err := l.Append(testCtx(t), entries(0, 3, 50), AfterFsync); err != nil {
 		t.Fatal(err)
 	}
 	mustClose(t, l)
 	full.Store(true)
 	l = mustOpen(t, fs, dir, incarnationOpts)
-	if got := l.Incarnation(); got != 0 || l.Recovery().NewIncarnation {
-		t.Fatalf("after a clean close, on a full disk: incarnation %d (new %v), want 0", got, l.Recovery().NewIncarnation)
+	if got := l.Incarnation(); got != first || l.Recovery().NewIncarnation {
+		t.Fatalf("after a clean close, on a full disk: incarnation %d (new %v), want %d", got, l.Recovery().NewIncarnation, first)
 	}
 	l.crashForTest()
-	for _, want := range []uint64{1, 1} { // the crash starts one; the clean close before the second open keeps it
+	for _, want := range []uint64{first + 1, first + 1} { // the crash starts one; the clean close before the second open keeps it
 		l = mustOpen(t, fs, dir, incarnationOpts)
 		if got := l.Incarnation(); got != want {
 			t.Fatalf("on a full disk: incarnation %d, want %d", got, want)
@@ -251,6 +252,58 @@ func TestIncarnationFirstCloseOnAFullDisk(t *testing.T) {
 	defer mustClose(t, l)
 	if n := l.DurableNext(); n != 3 {
 		t.Fatalf("reopened durable to %d, want 3", n)
+	}
+}
+
+// A log made again where one was removed (a queue deleted and declared
+// again, a data directory wiped) starts an incarnation of its own, so its
+// records are not named as the old log's were: the same offset, another
+// incarnation. Its records carry that incarnation from the first Open on,
+// across a clean Close.
+func TestIncarnationOfALogMadeAgain(t *testing.T) {
+	const dir = "log"
+	ctx := testCtx(t)
+	fs := vfs.NewMem()
+	seen := map[uint64]bool{}
+	for round := range 5 {
+		l := mustOpen(t, fs, dir, incarnationOpts)
+		n := l.Incarnation()
+		if _, err := l.Append(ctx, entries(0, 3, 50), AfterFsync); err != nil {
+			t.Fatal(err)
+		}
+		if seen[n] || n < 2 || l.IncarnationAt(0) != n {
+			t.Fatalf("round %d: incarnation %d, the record at 0 names %d; earlier logs had %v", round, n, l.IncarnationAt(0), seen)
+		}
+		seen[n] = true
+		mustClose(t, l)
+		l = mustOpen(t, fs, dir, incarnationOpts)
+		if l.Incarnation() != n || l.IncarnationAt(0) != n {
+			t.Fatalf("round %d: after a clean close, incarnation %d and the record at 0 names %d, want %d",
+				round, l.Incarnation(), l.IncarnationAt(0), n)
+		}
+		mustClose(t, l)
+		if err := fs.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A new log that crashes before its first Close keeps its records' name:
+// the first Open wrote its incarnation down.
+func TestIncarnationOfANewLogThatCrashed(t *testing.T) {
+	const dir = "log"
+	fs := vfs.NewMem()
+	l := mustOpen(t, fs, dir, incarnationOpts)
+	n := l.Incarnation()
+	if _, err := l.Append(testCtx(t), entries(0, 3, 50), AfterFsync); err != nil {
+		t.Fatal(err)
+	}
+	l.crashForTest()
+	l = mustOpen(t, fs, dir, incarnationOpts)
+	defer mustClose(t, l)
+	if l.IncarnationAt(0) != n || l.Incarnation() != n+1 {
+		t.Fatalf("after a crash before the first close: the record at 0 names %d, the log is at %d; want %d and %d",
+			l.IncarnationAt(0), l.Incarnation(), n, n+1)
 	}
 }
 

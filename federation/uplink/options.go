@@ -55,8 +55,9 @@ type Options struct {
 	// and encrypts the link. Default: no token, plain TCP.
 	Token string
 	TLS   *tls.Config
-	// Window is the most publishes in flight to the remote broker, every
-	// queue of the uplink together. Default DefaultWindow.
+	// Window is the most publishes of one queue in flight to the remote
+	// broker, and the most messages of it the uplink holds (each queue
+	// forwarded has a window of its own). Default DefaultWindow.
 	Window int
 	// Rate limits the messages forwarded per second, all queues together.
 	// Default 0: no limit.

@@ -28,7 +28,7 @@ type Stats struct {
 	Remote    string       `json:"remote"`
 	State     State        `json:"state"`
 	LastError string       `json:"last_error"`
-	Window    int          `json:"window"` // most publishes in flight, all queues together
+	Window    int          `json:"window"` // most publishes in flight, per queue
 	Queues    []QueueStats `json:"queues"`
 }
 

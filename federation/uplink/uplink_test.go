@@ -394,3 +394,28 @@ func TestUplinkKeepsItsLeasesThroughAnOutage(t *testing.T) {
 	s.link.Restore()
 	await.Until(t, ctx, "everything upstream", func() bool { return messages(t, s.edge, "q") == 0 && messages(t, s.hq, "q") == n })
 }
+
+// A local queue deleted and declared again starts a log of its own: its
+// messages' stable ids are not the old queue's, so upstream, which still
+// remembers those within its dedupe window, takes them as new.
+func TestRecreatedQueueForwardsUnderIDsOfItsOwn(t *testing.T) {
+	ctx := testCtx(t)
+	s := newSite(t)
+	declare(t, s.edge, appliance.QueueConfig{Name: "q", Durability: appliance.Durable})
+	u, _ := run(t, s.options("q"))
+	publishN(t, ctx, s.edgeAddr, "q", 0, 10)
+	await.Until(t, ctx, "the first queue's messages forwarded", func() bool {
+		return messages(t, s.hq, "q") == 10 && messages(t, s.edge, "q") == 0
+	})
+	if err := s.edge.DeleteQueue(context.Background(), "q"); err != nil {
+		t.Fatal(err)
+	}
+	declare(t, s.edge, appliance.QueueConfig{Name: "q", Durability: appliance.Durable})
+	publishN(t, ctx, s.edgeAddr, "q", 10, 10)
+	await.Until(t, ctx, "the second queue's messages forwarded as new", func() bool {
+		return messages(t, s.hq, "q") == 20 && messages(t, s.edge, "q") == 0
+	})
+	if st := u.Stats().Queues[0]; st.Duplicates != 0 {
+		t.Fatalf("upstream took %d of the second queue's messages for duplicates", st.Duplicates)
+	}
+}
