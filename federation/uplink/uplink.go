@@ -169,6 +169,20 @@ func (u *Uplink) Stats() Stats {
 	for _, f := range fs {
 		s.Queues = append(s.Queues, f.stats())
 	}
+	if len(fs) == 0 && s.Remote == "" {
+		// Not connected yet (a site booted during an outage): the queues
+		// it will forward, and what waits in them, are shown all the same.
+		for _, q := range u.wanted() {
+			qs := QueueStats{Local: q, Remote: u.opts.remoteName(q), State: s.State, Reason: s.LastError,
+				BacklogMessages: -1, BacklogBytes: -1}
+			if u.opts.Info != nil {
+				if in, ok := u.opts.Info(q); ok {
+					qs.BacklogMessages, qs.BacklogBytes = in.Messages, in.Bytes
+				}
+			}
+			s.Queues = append(s.Queues, qs)
+		}
+	}
 	return s
 }
 

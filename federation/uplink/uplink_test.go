@@ -419,3 +419,19 @@ func TestRecreatedQueueForwardsUnderIDsOfItsOwn(t *testing.T) {
 		t.Fatalf("upstream took %d of the second queue's messages for duplicates", st.Duplicates)
 	}
 }
+
+// An uplink that has never reached its remote (a site booted during an
+// outage) still shows the queues it will forward and their backlog.
+func TestUplinkShowsItsQueuesBeforeTheRemoteAnswers(t *testing.T) {
+	ctx := testCtx(t)
+	s := newSite(t)
+	declare(t, s.edge, appliance.QueueConfig{Name: "q", Durability: appliance.Durable})
+	publishN(t, ctx, s.edgeAddr, "q", 0, 7)
+	s.link.Cut()
+	u, _ := run(t, s.options("q"))
+	await.Until(t, ctx, "the uplink to try the remote", func() bool { return u.Stats().LastError != "" })
+	st := u.Stats()
+	if len(st.Queues) != 1 || st.Queues[0].Local != "q" || st.Queues[0].BacklogMessages != 7 || st.Queues[0].State == uplink.StateConnected {
+		t.Fatalf("before the remote answered: %+v", st.Queues)
+	}
+}
