@@ -25,6 +25,23 @@ func TestBadConfiguration(t *testing.T) {
 			t.Fatalf("New: %v", err)
 		}
 	})
+	t.Run("two ingests on one durable consumer", func(t *testing.T) {
+		// One JetStream consumer's filter is whichever ingest set it last:
+		// the two would route each other's messages and leave some unpulled.
+		_, err := New(Options{URLs: []string{"nats://127.0.0.1:1"}, FibrilAddr: "x:1", Ingest: []Ingest{
+			{Mode: JetStream, Stream: "EV", Subject: "ev.a", Queue: "qa"},
+			{Mode: JetStream, Stream: "EV", Subject: "ev.b", Queue: "qb"},
+		}})
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "share durable") {
+			t.Fatalf("New: %v", err)
+		}
+		if _, err := New(Options{URLs: []string{"nats://127.0.0.1:1"}, FibrilAddr: "x:1", Ingest: []Ingest{
+			{Mode: JetStream, Stream: "EV", Subject: "ev.a", Queue: "qa", Durable: "a"},
+			{Mode: JetStream, Stream: "EV", Subject: "ev.b", Queue: "qb", Durable: "b"},
+		}}); err != nil {
+			t.Fatalf("New with a durable each: %v", err)
+		}
+	})
 	t.Run("unreachable NATS", func(t *testing.T) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

@@ -73,8 +73,13 @@ func (b *Bridge) ingestCore(ctx context.Context, fc *client.Client, in *Ingest, 
 			b.st.drop("shutdown")
 			return
 		}
+		// A lost connection (even one the broker closed with an error) and
+		// a broker that is shutting down or failing over are retried, not
+		// dropped: only a refusal of this message is a drop.
+		retry := errors.Is(err, client.ErrConnectionLost) || errors.Is(err, client.ErrNotConnected) ||
+			errors.Is(err, client.ErrUnavailable)
 		var ce *client.Error
-		if errors.As(err, &ce) {
+		if !retry && errors.As(err, &ce) {
 			reason := ce.Code.String()
 			b.st.drop(reason)
 			b.noteQueue(queue, "core ingest", err)

@@ -41,31 +41,42 @@ func (b *Bridge) runEgress(ctx context.Context, nc *nats.Conn, fc *client.Client
 		failures++
 		return err
 	}
-	var cons *client.Consumer
-	for attempt := 0; ; attempt++ {
-		cons, err = fc.Subscribe(ctx, eg.Queue, client.SubscribeOptions{Prefetch: eg.Prefetch, Handler: handler})
-		b.noteQueue(eg.Queue, "egress", err)
-		if err == nil {
-			break
+	for started := false; ; started = true {
+		var cons *client.Consumer
+		for attempt := 0; ; attempt++ {
+			cons, err = fc.Subscribe(ctx, eg.Queue, client.SubscribeOptions{Prefetch: eg.Prefetch, Handler: handler})
+			b.noteQueue(eg.Queue, "egress", err)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			b.st.update(func(s *Stats) { s.LastError = fmt.Sprintf("egress subscribe %s: %v", eg.Queue, err) })
+			b.log.Warn("cannot subscribe egress queue, retrying", "queue", eg.Queue, "err", err)
+			if !sleep(ctx, backoff(b.opts.RetryBackoff, b.opts.MaxRetryBackoff, attempt)) {
+				return nil
+			}
 		}
-		if ctx.Err() != nil {
-			return nil
+		if !started {
+			b.markStarted()
 		}
-		b.st.update(func(s *Stats) { s.LastError = fmt.Sprintf("egress subscribe %s: %v", eg.Queue, err) })
-		b.log.Warn("cannot subscribe egress queue, retrying", "queue", eg.Queue, "err", err)
-		if !sleep(ctx, backoff(b.opts.RetryBackoff, b.opts.MaxRetryBackoff, attempt)) {
-			return nil
+		select {
+		case <-ctx.Done():
+			return cons.Close()
+		case <-cons.Done():
+			err := cons.Err()
+			b.noteQueue(eg.Queue, "egress", err)
+			b.st.update(func(s *Stats) { s.LastError = fmt.Sprintf("egress consumer %s ended: %v", eg.Queue, err) })
+			b.log.Error("egress consumer ended, subscribing again", "queue", eg.Queue, "err", err)
+			_ = cons.Close()
+			// The queue deleted, or moved: not at once, so that a consumer
+			// that ends as soon as it starts is not subscribed in a loop.
+			if !sleep(ctx, b.opts.RetryBackoff) {
+				return nil
+			}
 		}
 	}
-	b.markStarted()
-	select {
-	case <-ctx.Done():
-	case <-cons.Done():
-		if err := cons.Err(); err != nil {
-			b.log.Error("egress consumer ended", "queue", eg.Queue, "err", err)
-		}
-	}
-	return cons.Close()
 }
 
 // egressOne publishes one delivery and returns once NATS accepted it: the

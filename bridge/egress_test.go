@@ -90,3 +90,47 @@ func TestEgressJetStreamServerRestart(t *testing.T) {
 		t.Errorf("no reconnect counted")
 	}
 }
+
+// An egress whose queue is deleted keeps the queue in MissingQueues and
+// subscribes again, and once the queue is declared again its messages go
+// out as before.
+func TestEgressResumesAfterItsQueueIsDeclaredAgain(t *testing.T) {
+	ns := startNATS(t)
+	addr := startBroker(t)
+	fc := fibril(t, addr)
+	declare(t, fc, client.Queue("outq").Buffered())
+	nc, _ := connectNATS(t, ns)
+	got := make(chan *nats.Msg, 10)
+	sub, err := nc.ChanSubscribe("out.x", got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	br := runBridge(t, Options{URLs: []string{ns.ClientURL()}, FibrilAddr: addr,
+		Egress: []Egress{{Queue: "outq", Subject: "out.x"}}})
+	if err := fc.DeleteQueue(testCtx(t), "outq"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the deleted queue reported missing", func() bool {
+		s := br.Stats()
+		return len(s.MissingQueues) == 1 && s.MissingQueues[0] == "outq"
+	})
+	declare(t, fc, client.Queue("outq").Buffered())
+	if _, err := fc.Publish(testCtx(t), "outq", client.Message{Body: []byte("after")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		if string(m.Data) != "after" {
+			t.Fatalf("egressed %q", m.Data)
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("egress never resumed after the queue was declared again; stats %+v", br.Stats())
+	}
+	if s := br.Stats(); s.State == StateStopped {
+		t.Fatalf("stats %+v", s)
+	}
+}

@@ -220,8 +220,16 @@ func (o Options) compile() (Options, error) {
 	if o.MaxReconnectWait < o.ReconnectWait {
 		return bad("bridge %s: max reconnect wait %v below reconnect wait %v", o.Name, o.MaxReconnectWait, o.ReconnectWait)
 	}
+	consumers := map[[2]string]int{}
 	for i := range o.Ingest {
 		in := &o.Ingest[i]
+		if in.Mode == JetStream {
+			k := [2]string{in.Stream, in.Durable}
+			if j, dup := consumers[k]; dup {
+				return bad("bridge %s: ingests %d and %d share durable %q on stream %s; give each its own Durable", o.Name, j+1, i+1, in.Durable, in.Stream)
+			}
+			consumers[k] = i
+		}
 		where := fmt.Sprintf("bridge %s: ingest %d (%s)", o.Name, i+1, in.Subject)
 		switch in.Mode {
 		case Core:

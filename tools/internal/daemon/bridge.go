@@ -177,7 +177,7 @@ func startBridges(cfg Config, fibrilAddr string, serverTLS *tls.Config, exists f
 				log.Error("bridge stopped", "bridge", o.Name, "err", err)
 			}
 		}()
-		log.Info("bridge started", "bridge", o.Name, "urls", n.URLs, "ingest", len(o.Ingest), "egress", len(o.Egress))
+		log.Info("bridge started", "bridge", o.Name, "urls", bridge.RedactURLs(n.URLs), "ingest", len(o.Ingest), "egress", len(o.Egress))
 	}
 	return rb, nil
 }

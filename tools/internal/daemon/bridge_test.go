@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -260,5 +262,40 @@ func runBridgeMessage(t *testing.T, edit func(*Config), copts client.Options) {
 		case <-ctx.Done():
 			t.Fatal("no message from the bridge")
 		}
+	}
+}
+
+// logBuffer is a log destination the bridges' goroutines share.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A bridge's start is logged with its URLs, without the credentials one
+// may carry.
+func TestStartBridgesLogsURLsWithoutCredentials(t *testing.T) {
+	var buf logBuffer
+	var cfg Config
+	cfg.Bridge.NATS = []NATSBridgeConfig{{Name: "b", URLs: []string{"nats://alice:s3cret@127.0.0.1:1"},
+		Ingest: []NATSIngestConfig{{Subject: "a", Queue: "q"}}}}
+	rb, err := startBridges(cfg, "127.0.0.1:1", nil, nil, slog.New(slog.NewTextHandler(&buf, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb.stop()
+	if out := buf.String(); strings.Contains(out, "s3cret") || !strings.Contains(out, "bridge started") {
+		t.Fatalf("log:\n%s", out)
 	}
 }
