@@ -18,11 +18,18 @@ import (
 // for the test's requests.
 func throughAnother(t *testing.T, cfg appliance.QueueConfig) (*clusterNode, *client.Client, context.Context) {
 	t.Helper()
+	_, owner, cl, ctx := throughAnotherOf(t, cfg)
+	return owner, cl, ctx
+}
+
+// throughAnotherOf is throughAnother that also returns the cluster.
+func throughAnotherOf(t *testing.T, cfg appliance.QueueConfig) (testCluster, *clusterNode, *client.Client, context.Context) {
+	t.Helper()
 	nodes := startNodes(t, 3, nodeOptions{clients: true})
 	owner := nodes.declare(t, "n1", cfg, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	return owner, nodes.other(owner).dial(t, ctx), ctx
+	return nodes, owner, nodes.other(owner).dial(t, ctx), ctx
 }
 
 // One connection publishing through a node that does not own the queue
@@ -30,7 +37,8 @@ func throughAnother(t *testing.T, cfg appliance.QueueConfig) (*clusterNode, *cli
 // with no fault, and while the owner restarts (publishes the restart cut
 // off fail; those confirmed still come in order).
 func TestForwardedPublishesKeepTheirOrder(t *testing.T) {
-	owner, cl, ctx := throughAnother(t, appliance.QueueConfig{Name: "ordered", Durability: appliance.Durable})
+	nodes, owner, cl, ctx := throughAnotherOf(t, appliance.QueueConfig{Name: "ordered", Durability: appliance.Durable})
+	epoch := nodes.assignments(t, "ordered")[0].Epoch
 
 	publish := func(phase string, n int, during func()) (confirmed int) {
 		futures := make([]*client.Future, n)
@@ -69,6 +77,7 @@ func TestForwardedPublishesKeepTheirOrder(t *testing.T) {
 		}()
 	})
 	<-restarted
+	nodes.servedAfter(t, "ordered", epoch) // the restarted owner asks for a recovery: served again after it
 	after := publish("after", 50, nil)
 	if after != 50 {
 		t.Fatalf("after the owner's restart: %d of 50 confirmed", after)
@@ -84,7 +93,8 @@ func TestForwardedPublishesKeepTheirOrder(t *testing.T) {
 // publishing connection, as the owner's loss would have, and a publisher
 // starting afresh on a new connection is confirmed again.
 func TestForwardedFailureIsNotOvertaken(t *testing.T) {
-	owner, cl, ctx := throughAnother(t, appliance.QueueConfig{Name: "chained", Durability: appliance.Durable})
+	nodes, owner, cl, ctx := throughAnotherOf(t, appliance.QueueConfig{Name: "chained", Durability: appliance.Durable})
+	epoch := nodes.assignments(t, "chained")[0].Epoch
 	const n = 400
 	futures := make([]*client.Future, n)
 	restarted := make(chan struct{})
@@ -116,7 +126,8 @@ func TestForwardedFailureIsNotOvertaken(t *testing.T) {
 		}
 	}
 	<-restarted
-	for i := range 20 { // afresh, after the owner is back
+	nodes.servedAfter(t, "chained", epoch)
+	for i := range 20 { // afresh, after the recovery the restarted owner asked for
 		if _, err := cl.PublishAsyncContext(ctx, "chained", client.Message{Body: []byte(fmt.Sprint("after-", i))}).Wait(ctx); err != nil {
 			t.Fatalf("a publish after the restart: %v", err)
 		}
