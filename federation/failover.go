@@ -63,11 +63,24 @@ type failover struct {
 	// replaced whenever that changes.
 	serving map[string]bool
 	served  chan struct{}
+	// incs: the incarnation of each queue sealed and installs speak of;
+	// a queue deleted and declared again starts with neither (forget).
+	incs map[string]uint64
 }
 
 func newFailover() *failover {
 	return &failover{sealed: map[string]uint64{}, installs: map[string]uint64{}, started: map[string]bool{},
-		serving: map[string]bool{}, served: make(chan struct{})}
+		serving: map[string]bool{}, served: make(chan struct{}), incs: map[string]uint64{}}
+}
+
+// forgetLocked drops what f knew of queue when the state names another
+// incarnation of it than the one it was learnt for. f.mu is held.
+func (f *failover) forgetLocked(queue string, inc uint64) {
+	if f.incs[queue] != inc {
+		f.incs[queue] = inc
+		delete(f.sealed, queue)
+		delete(f.installs, queue)
+	}
 }
 
 func (f *failover) sealedAt(queue string) uint64 {
@@ -129,6 +142,7 @@ func (c *Cluster) mayServe(st *control.State, name string) bool {
 	f := c.fo
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.forgetLocked(name, q.Incarnation)
 	if f.installs[name] == a.Epoch {
 		return true
 	}
@@ -157,7 +171,9 @@ func (c *Cluster) installedAt(queue string, epoch uint64) bool {
 // is asked once per epoch; the control state ignores it once the queue
 // has moved on.
 func (c *Cluster) askRecovery(queue string, epoch uint64, reason string) {
-	c.startOnce(fmt.Sprintf("recover %s@%d", queue, epoch), func(stop <-chan struct{}) {
+	var inc uint64
+	c.node.read(func(s *control.State) { inc = s.Queues[queue].Incarnation })
+	c.startOnce(fmt.Sprintf("recover %s#%d@%d", queue, inc, epoch), func(stop <-chan struct{}) {
 		select {
 		case <-c.node.Replayed():
 		case <-stop:
@@ -230,6 +246,9 @@ func (c *Cluster) recoverQueues() {
 				continue
 			}
 			a := as[0]
+			c.fo.mu.Lock()
+			c.fo.forgetLocked(name, a.Incarnation)
+			c.fo.mu.Unlock()
 			var err error
 			switch {
 			case !slices.Contains(a.Copies(), me):
@@ -324,13 +343,13 @@ func (c *Cluster) shipTails(st *control.State, name string) {
 	me, epoch := c.node.opts.ID, as[0].Epoch
 	for i, a := range as {
 		if a.TailFrom == me && a.TailTo != "" {
-			c.startOnce(fmt.Sprintf("tail %s/%d@%d", name, i, epoch), func(stop <-chan struct{}) {
+			c.startOnce(fmt.Sprintf("tail %s#%d/%d@%d", name, a.Incarnation, i, epoch), func(stop <-chan struct{}) {
 				c.sendTail(st, name, i, epoch, stop)
 			})
 		}
 	}
 	if slices.ContainsFunc(as, func(a control.Assignment) bool { return a.TailTo == me }) {
-		c.startOnce(fmt.Sprintf("reseal %s@%d", name, epoch), func(stop <-chan struct{}) {
+		c.startOnce(fmt.Sprintf("reseal %s#%d@%d", name, as[0].Incarnation, epoch), func(stop <-chan struct{}) {
 			c.resealAfterTails(st, name, epoch, stop)
 		})
 	}
