@@ -399,14 +399,15 @@ func (c *Cluster) sendForwarded(queue string, fw *queueForwarder) {
 
 // maxPrev bounds the connections whose last publish a forwarder keeps;
 // past it those whose last one succeeded are forgotten (the next one of
-// theirs starts afresh, as it would).
+// theirs starts afresh, as it would), and so are those recorded broken
+// (broken says it for them from then on).
 const maxPrev = 1024
 
 // notePrev keeps f as from's last publish sent; send's alone.
 func (fw *queueForwarder) notePrev(from any, f *client.Future) {
 	if len(fw.prev) >= maxPrev {
 		for k, p := range fw.prev {
-			if isDone(p) && !prevFailed(p) {
+			if isDone(p) && (!prevFailed(p) || fw.isBroken(k)) {
 				delete(fw.prev, k)
 			}
 		}

@@ -273,8 +273,23 @@ func TestLatchWithoutItsCutMarker(t *testing.T) {
 				markerAtClose, durable, got, l.Recovery().LatchedCut)
 		}
 		mustClose(t, l)
-		if _, ok, err := pendingCut(fs, "log"); ok || err != nil {
+		if _, ok, err := pendingCut(fs, "log", true); ok || err != nil {
 			t.Fatalf("marker written at close %v: a cut still pending after the open carried it out (%v)", markerAtClose, err)
 		}
+	}
+}
+
+// A cut this process remembers for a log whose directory was then emptied
+// (its queue deleted and made again) is not carried out on the new log.
+func TestLatchRememberedCutIsNotAnotherLogs(t *testing.T) {
+	fs := vfs.NewMem()
+	rememberCut(fs, "log", 7)
+	l := mustOpen(t, fs, "log", Options{BackgroundSyncInterval: -1, SyncBytesThreshold: -1, Logger: slog.New(slog.DiscardHandler)})
+	defer mustClose(t, l)
+	if rep := l.Recovery(); rep.LatchedCut || l.WrittenNext() != 0 {
+		t.Fatalf("a new log: cut %v to %d, written to %d; want no cut, at 0", rep.LatchedCut, rep.CutTo, l.WrittenNext())
+	}
+	if _, ok, _ := pendingCut(fs, "log", true); ok {
+		t.Fatal("the remembered cut outlived the new log's open")
 	}
 }

@@ -56,15 +56,22 @@ func rememberCut(fs vfs.FS, dir string, to uint64) {
 }
 
 // pendingCut is the cut an Open carries out: the marker's, or a lower
-// one this process could not write.
-func pendingCut(fs vfs.FS, dir string) (uint64, bool, error) {
+// one this process could not write. One remembered for a directory that
+// holds no segments now is another log's (the queue was deleted and made
+// again): it is dropped.
+func pendingCut(fs vfs.FS, dir string, existed bool) (uint64, bool, error) {
 	to, ok, err := readCutMarker(fs, dir)
 	if err != nil || !reflect.TypeOf(fs).Comparable() {
 		return to, ok, err
 	}
 	unwrittenCuts.Lock()
 	defer unwrittenCuts.Unlock()
-	if at, held := unwrittenCuts.at[dirKey(fs, dir)]; held && (!ok || at < to) {
+	k := dirKey(fs, dir)
+	if !existed {
+		delete(unwrittenCuts.at, k)
+		return to, ok, nil
+	}
+	if at, held := unwrittenCuts.at[k]; held && (!ok || at < to) {
 		return at, true, nil
 	}
 	return to, ok, nil

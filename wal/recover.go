@@ -160,7 +160,7 @@ func (l *Log) recover() (*segment, int64, bool, error) {
 	l.epoch.Store(epoch)
 
 	// Step 3: a pending latched cut removes the segments past its offset.
-	cutTo, hasCut, err := pendingCut(fs, l.dir)
+	cutTo, hasCut, err := pendingCut(fs, l.dir, existed)
 	if err != nil {
 		return nil, 0, false, err
 	}
