@@ -1,41 +1,21 @@
 package bridge
 
 import (
-	"bytes"
 	"context"
-	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fibril-edge/fibril/internal/await"
+	"github.com/fibril-edge/fibril/internal/brokertest"
 )
-
-// lockedBuffer is a log destination the bridge's goroutines share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A NATS URL's user:password@ stays out of the bridge's log, as out of its
 // Stats.
 func TestBridgeLogsURLsWithoutCredentials(t *testing.T) {
-	var log lockedBuffer
+	var log brokertest.LogBuffer
 	b, err := New(Options{Name: "b", URLs: []string{"nats://alice:s3cret@127.0.0.1:1"}, FibrilAddr: "127.0.0.1:1",
-		Ingest: []Ingest{{Subject: "a", Queue: "q"}}, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+		Ingest: []Ingest{{Subject: "a", Queue: "q"}}, Logger: log.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

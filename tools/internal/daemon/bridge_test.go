@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -16,7 +15,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +23,7 @@ import (
 
 	"github.com/fibril-edge/fibril/appliance/client"
 	"github.com/fibril-edge/fibril/internal/await"
+	"github.com/fibril-edge/fibril/internal/brokertest"
 	"github.com/fibril-edge/fibril/internal/testcert"
 )
 
@@ -265,32 +264,14 @@ func runBridgeMessage(t *testing.T, edit func(*Config), copts client.Options) {
 	}
 }
 
-// logBuffer is a log destination the bridges' goroutines share.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A bridge's start is logged with its URLs, without the credentials one
 // may carry.
 func TestStartBridgesLogsURLsWithoutCredentials(t *testing.T) {
-	var buf logBuffer
+	var buf brokertest.LogBuffer
 	var cfg Config
 	cfg.Bridge.NATS = []NATSBridgeConfig{{Name: "b", URLs: []string{"nats://alice:s3cret@127.0.0.1:1"},
 		Ingest: []NATSIngestConfig{{Subject: "a", Queue: "q"}}}}
-	rb, err := startBridges(cfg, "127.0.0.1:1", nil, nil, slog.New(slog.NewTextHandler(&buf, nil)))
+	rb, err := startBridges(cfg, "127.0.0.1:1", nil, nil, buf.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
