@@ -37,7 +37,7 @@ type forwarder struct {
 
 func newForwarder(u *Uplink, local string, lc, rc *client.Client) *forwarder {
 	return &forwarder{u: u, local: local, remote: u.opts.remoteName(local), lc: lc, rc: rc,
-		in: make(chan *client.Delivery, u.opts.Window),
+		in: make(chan *client.Delivery, u.opts.Window), leased: make(map[position]*client.Delivery),
 		st: QueueStats{Local: local, Remote: u.opts.remoteName(local), State: StateConnecting,
 			BacklogMessages: -1, BacklogBytes: -1}}
 }
@@ -47,6 +47,10 @@ type position struct {
 	part        int
 	incarnation uint64
 	offset      uint64
+}
+
+func positionOf(d *client.Delivery) position {
+	return position{part: d.Partition, incarnation: d.Incarnation, offset: d.Offset}
 }
 
 // entry is one local message on its way: taken from the local queue, not
@@ -155,7 +159,7 @@ func (f *forwarder) localInfo(ctx context.Context) (LocalQueue, bool, error) {
 
 // take is the local consumer's handler: it hands the delivery to forward.
 func (f *forwarder) take(ctx context.Context, d *client.Delivery) error {
-	f.lease(position{part: d.Partition, incarnation: d.Incarnation, offset: d.Offset}, d)
+	f.lease(d)
 	select {
 	case f.in <- d:
 	case <-ctx.Done():
@@ -223,7 +227,7 @@ func (f *forwarder) forward(ctx context.Context, cons *client.Consumer) error {
 		case <-cons.Done():
 			return fmt.Errorf("the local consumer ended: %w", cons.Err())
 		case d := <-f.in:
-			pos := position{part: d.Partition, incarnation: d.Incarnation, offset: d.Offset}
+			pos := positionOf(d)
 			if e, ok := byPos[pos]; ok {
 				e.d = d // redelivered (its lease expired): settle the newer delivery
 				continue
@@ -252,8 +256,8 @@ func (f *forwarder) forward(ctx context.Context, cons *client.Consumer) error {
 			pending[0] = nil
 			pending = pending[1:]
 			next--
-			delete(byPos, position{part: e.d.Partition, incarnation: e.d.Incarnation, offset: e.d.Offset})
-			f.lease(position{part: e.d.Partition, incarnation: e.d.Incarnation, offset: e.d.Offset}, nil)
+			delete(byPos, positionOf(e.d))
+			f.release(e.d)
 			if err != nil {
 				f.u.log.Error("the remote queue can never take this message; discarded locally (to the dead-letter queue if it has one)",
 					"queue", f.local, "partition", e.d.Partition, "offset", e.d.Offset, "err", err)
@@ -353,18 +357,17 @@ func refusal(err error) bool {
 	return errors.Is(err, client.ErrUnauthorized) || errors.Is(err, client.ErrConflict) || errors.Is(err, client.ErrBadRequest)
 }
 
-// lease records d as held at pos (nil: no longer held).
-func (f *forwarder) lease(pos position, d *client.Delivery) {
+// lease records d as held, for keepLeases; release, as settled.
+func (f *forwarder) lease(d *client.Delivery) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.leased == nil {
-		f.leased = make(map[position]*client.Delivery)
-	}
-	if d == nil {
-		delete(f.leased, pos)
-	} else {
-		f.leased[pos] = d
-	}
+	f.leased[positionOf(d)] = d
+	f.mu.Unlock()
+}
+
+func (f *forwarder) release(d *client.Delivery) {
+	f.mu.Lock()
+	delete(f.leased, positionOf(d))
+	f.mu.Unlock()
 }
 
 // keepLeases extends the lease of every delivery held, every period.
