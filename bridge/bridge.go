@@ -236,8 +236,7 @@ func (b *Bridge) connectNATS() (*nats.Conn, error) {
 	} else {
 		b.st.setState(StateReconnecting)
 		b.st.update(func(s *Stats) { s.LastError = "nats: no server reachable yet" })
-		urls, _ := describe(o) // credentials left out
-		b.log.Warn("nats not reachable yet, retrying", "urls", urls)
+		b.log.Warn("nats not reachable yet, retrying", "urls", RedactURLs(o.URLs))
 	}
 	return nc, nil
 }
