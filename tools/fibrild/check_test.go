@@ -40,11 +40,12 @@ func TestCheckConfig(t *testing.T) {
 			"bad.toml:10: log.level: \"loud\"",
 			"bad.toml:11: log.format: cannot decode TOML integer",
 		}},
-		{"open.toml", "[admin]\nlisten = \"0.0.0.0:7421\"\n[cluster]\nlisten = \"0.0.0.0:7422\"\nbootstrap = true\n", 2, []string{
-			"open.toml:2: admin.listen: 0.0.0.0:7421 is off loopback",
-			"open.toml:4: cluster.listen: 0.0.0.0:7422 is off loopback",
+		{"open.toml", "[server]\nlisten = \"0.0.0.0:7420\"\n[admin]\nlisten = \"0.0.0.0:7421\"\n[cluster]\nlisten = \"0.0.0.0:7422\"\nbootstrap = true\n", 2, []string{
+			"open.toml:2: server.listen: 0.0.0.0:7420 is off loopback",
+			"open.toml:4: admin.listen: 0.0.0.0:7421 is off loopback",
+			"open.toml:6: cluster.listen: 0.0.0.0:7422 is off loopback",
 		}},
-		{"insecure.toml", "[admin]\nlisten = \"0.0.0.0:7421\"\ninsecure = true\n[cluster]\nlisten = \"0.0.0.0:7422\"\nbootstrap = true\ninsecure = true\n", 0, nil},
+		{"insecure.toml", "[server]\nlisten = \"0.0.0.0:7420\"\ninsecure = true\n[admin]\nlisten = \"0.0.0.0:7421\"\ninsecure = true\n[cluster]\nlisten = \"0.0.0.0:7422\"\nbootstrap = true\ninsecure = true\n", 0, nil},
 		{"syntax.toml", "[server]\nlisten = \"unterminated\ntokens = []\n", 2, []string{"syntax.toml:2: syntax error"}},
 		{"twice.toml", "[server]\nlisten = \"a:1\"\nlisten = \"b:2\"\n", 2, []string{"twice.toml:3: key listen is already defined"}},
 		{"tokensfile.toml", "[server]\ntokens_file = \"" + private + "\"\n[admin]\nlisten = \"0.0.0.0:7421\"\n", 0, nil},
@@ -75,8 +76,8 @@ func TestCheckConfig(t *testing.T) {
 					t.Fatalf("stdout %q", stdout.String())
 				}
 				want := 0
-				if tc.name == "insecure.toml" { // valid, and both listeners insecure by choice
-					want = 2
+				if tc.name == "insecure.toml" { // valid, and all three listeners insecure by choice
+					want = 3
 				}
 				if insecure := strings.Count(stdout.String(), "INSECURE"); insecure != want {
 					t.Fatalf("stdout names %d INSECURE settings, want %d:\n%s", insecure, want, stdout.String())

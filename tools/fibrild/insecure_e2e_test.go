@@ -28,7 +28,7 @@ func TestInsecureStartWarnsProcess(t *testing.T) {
 	bin := buildDaemon(t)
 	dir := t.TempDir()
 	cmd := exec.Command(unshare, "--net", "--", bin, "--storage.data_dir", dir, "--storage.min_free", "0",
-		"--server.listen", "127.0.0.1:0", "--admin.listen", "0.0.0.0:0", "--admin.insecure", "true",
+		"--server.listen", "0.0.0.0:0", "--server.insecure", "true", "--admin.listen", "0.0.0.0:0", "--admin.insecure", "true",
 		"--cluster.listen", "0.0.0.0:0", "--cluster.bootstrap", "true", "--cluster.node_id", "solo", "--cluster.insecure", "true")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -55,7 +55,7 @@ func TestInsecureStartWarnsProcess(t *testing.T) {
 	var log []string
 	warned := map[string]bool{}
 	deadline := time.After(waitLimit)
-	for !warned["admin"] || !warned["cluster"] {
+	for !warned["client"] || !warned["admin"] || !warned["cluster"] {
 		select {
 		case l, ok := <-lines:
 			if !ok {
@@ -63,6 +63,8 @@ func TestInsecureStartWarnsProcess(t *testing.T) {
 			}
 			log = append(log, l)
 			switch {
+			case strings.Contains(l, "INSECURE: the client port serves off loopback without tokens"):
+				warned["client"] = true
 			case strings.Contains(l, "INSECURE: the admin API serves off loopback without tokens"):
 				warned["admin"] = true
 			case strings.Contains(l, "INSECURE: the cluster port serves off loopback without mutual TLS"):

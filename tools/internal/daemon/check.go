@@ -212,8 +212,8 @@ func durationKeys() map[string]bool {
 }
 
 // Warnings lists what a valid config file allows only because it says
-// insecure = true: the admin API off loopback without tokens, and the
-// cluster port off loopback without mutual TLS. fibrild logs each at every
+// insecure = true: the client port or the admin API off loopback without
+// tokens, and the cluster port off loopback without mutual TLS. fibrild logs each at every
 // start; --check-config prints them. Line is the listen key's.
 func Warnings(data []byte) []Problem {
 	cfg, err := Parse(data)
@@ -231,6 +231,10 @@ func Warnings(data []byte) []Problem {
 		lines[e.key] = e.line
 	}
 	var out []Problem
+	if s := cfg.Server; !IsLoopback(s.Listen) && len(s.Tokens) == 0 && s.TokensFile == "" {
+		out = append(out, Problem{Line: lines["server.listen"], Key: "server.listen",
+			Msg: fmt.Sprintf("INSECURE: %s is off loopback without tokens ([server] insecure = true): anyone who reaches it can publish, read, ack and delete", s.Listen)})
+	}
 	if a := cfg.Admin; a.Listen != "" && !IsLoopback(a.Listen) && len(cfg.Server.Tokens) == 0 && cfg.Server.TokensFile == "" {
 		out = append(out, Problem{Line: lines["admin.listen"], Key: "admin.listen",
 			Msg: fmt.Sprintf("INSECURE: %s is off loopback without tokens ([admin] insecure = true): anyone who reaches it can read, publish, ack and delete", a.Listen)})

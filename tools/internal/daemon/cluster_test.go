@@ -46,12 +46,17 @@ func TestClusterConfigProblems(t *testing.T) {
 	}
 }
 
-// Off loopback the admin API needs tokens and the cluster port mutual
-// TLS, unless the operator says insecure = true.
+// Off loopback the client port and the admin API need tokens and the
+// cluster port mutual TLS, unless the operator says insecure = true.
 func TestInsecureOnlyWhenAsked(t *testing.T) {
 	for _, tc := range []struct {
 		toml, problem string
 	}{
+		{"[server]\nlisten = \"0.0.0.0:7420\"\n", "server.listen"},
+		{"[server]\nlisten = \":7420\"\n", "server.listen"},
+		{"[server]\nlisten = \"0.0.0.0:7420\"\ninsecure = true\n", ""},
+		{"[server]\nlisten = \"10.0.0.1:7420\"\ntokens_file = \"/etc/fibril/tokens\"\n", ""},
+		{"[server]\nlisten = \"[::1]:7420\"\n", ""},
 		{"[admin]\nlisten = \"0.0.0.0:7421\"\n", "admin.listen"},
 		{"[admin]\nlisten = \"0.0.0.0:7421\"\ninsecure = true\n", ""},
 		{"[server]\ntokens = [\"s3cret\"]\n[admin]\nlisten = \"10.0.0.1:7421\"\n", ""},

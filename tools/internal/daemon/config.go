@@ -48,6 +48,9 @@ type ServerConfig struct {
 	Tokens []string `toml:"tokens" help:"accepted Hello tokens, comma-separated; empty: no authentication"`
 	// TokensFile adds the tokens of a file, one a line (see ResolveTokens).
 	TokensFile string   `toml:"tokens_file" help:"file of more tokens, one a line (blank lines and # comments skipped); must not be readable by every user"`
+	// Insecure lets the client port listen off loopback without tokens;
+	// the daemon warns about it at every start.
+	Insecure Bool `toml:"insecure" help:"serve the client port off loopback without tokens (true or false; anyone who reaches it can publish, read, ack and delete)"`
 	TLSCert    string   `toml:"tls_cert" help:"TLS certificate (PEM file); with tls_key, serve TLS"`
 	TLSKey     string   `toml:"tls_key" help:"TLS private key (PEM file)"`
 	MaxFrame   Size     `toml:"max_frame" help:"largest protocol frame, read and sent (4KiB to 1GiB)"`
@@ -294,6 +297,9 @@ func (c Config) valueProblems() []Problem {
 	}
 	// A tokens_file counts as tokens here; ResolveTokens refuses one that
 	// holds none.
+	if validHostPort(s.Listen) && !IsLoopback(s.Listen) && len(s.Tokens) == 0 && s.TokensFile == "" && !bool(s.Insecure) {
+		bad("server.listen", "%s is off loopback: the client port needs [server] tokens (or tokens_file, or the systemd credential %q) there, or [server] insecure = true", s.Listen, CredentialName)
+	}
 	if a.Listen != "" && !IsLoopback(a.Listen) && len(s.Tokens) == 0 && s.TokensFile == "" && !bool(a.Insecure) {
 		bad("admin.listen", "%s is off loopback: the admin API needs [server] tokens (or tokens_file, or the systemd credential %q) there, or [admin] insecure = true", a.Listen, CredentialName)
 	}

@@ -118,11 +118,11 @@ func TestValidate(t *testing.T) {
 
 func TestSetEveryKey(t *testing.T) {
 	keys := Keys()
-	if len(keys) != 42 {
+	if len(keys) != 43 {
 		t.Fatalf("%d keys: %v", len(keys), keys)
 	}
 	values := map[string]string{
-		"server.listen": "127.0.0.1:0", "server.tokens": "a, b,", "server.tokens_file": "/etc/fibril/tokens", "server.tls_cert": "c.pem",
+		"server.listen": "127.0.0.1:0", "server.tokens": "a, b,", "server.tokens_file": "/etc/fibril/tokens", "server.tls_cert": "c.pem", "server.insecure": "true",
 		"server.tls_key": "k.pem", "server.max_frame": "1MiB", "server.heartbeat": "2s", "server.max_connections": "16",
 		"server.max_pre_hello": "32", "server.max_pre_hello_per_source": "8", "server.pressure_hello_timeout": "250ms",
 		"server.delivery_budget": "8MiB", "server.slow_consumer_grace": "2s",
@@ -149,7 +149,7 @@ func TestSetEveryKey(t *testing.T) {
 		}
 	}
 	want := Config{
-		Server: ServerConfig{Listen: "127.0.0.1:0", Tokens: []string{"a", "b"}, TokensFile: "/etc/fibril/tokens", TLSCert: "c.pem", TLSKey: "k.pem",
+		Server: ServerConfig{Listen: "127.0.0.1:0", Tokens: []string{"a", "b"}, TokensFile: "/etc/fibril/tokens", Insecure: true, TLSCert: "c.pem", TLSKey: "k.pem",
 			MaxFrame: 1 << 20, Heartbeat: Duration(2 * time.Second), MaxConnections: 16,
 			MaxPreHello: 32, MaxPreHelloPerSource: 8, PressureHelloTimeout: Duration(250 * time.Millisecond),
 			DeliveryBudget: 8 << 20, SlowConsumerGrace: Duration(2 * time.Second)},

@@ -144,6 +144,10 @@ func RunReloading(ctx context.Context, cfg Config, log *slog.Logger, reload Relo
 	}
 	log.Info("listening", "proto", "fibril", "addr", ln.Addr().String(), "tls", srvOpts.TLS != nil,
 		"auth", len(srvOpts.Tokens) > 0)
+	if len(srvOpts.Tokens) == 0 && !IsLoopback(cfg.Server.Listen) {
+		log.Warn("INSECURE: the client port serves off loopback without tokens ([server] insecure = true): "+
+			"anyone who reaches it can publish, read, ack and delete", "addr", cfg.Server.Listen)
+	}
 	var running atomic.Pointer[runningBridges] // set once the bridges start
 	var runningUp atomic.Pointer[runningUplinks]
 	adm, err := startAdmin(cfg, adminLn, b, metrics, srv, func() []admin.BridgeStats { return running.Load().stats() },
