@@ -213,7 +213,8 @@ func durationKeys() map[string]bool {
 
 // Warnings lists what a valid config file allows only because it says
 // insecure = true: the client port or the admin API off loopback without
-// tokens, and the cluster port off loopback without mutual TLS. fibrild logs each at every
+// tokens, an uplink's token sent off loopback without TLS, and the cluster
+// port off loopback without mutual TLS. fibrild logs each at every
 // start; --check-config prints them. Line is the listen key's.
 func Warnings(data []byte) []Problem {
 	cfg, err := Parse(data)
@@ -242,6 +243,14 @@ func Warnings(data []byte) []Problem {
 	if cl := cfg.Cluster; cl.Listen != "" && !IsLoopback(cl.Listen) && cl.TLSCert == "" {
 		out = append(out, Problem{Line: lines["cluster.listen"], Key: "cluster.listen",
 			Msg: fmt.Sprintf("INSECURE: %s is off loopback without mutual TLS ([cluster] insecure = true): anyone who reaches it can join the cluster, read its data and delete its queues", cl.Listen)})
+	}
+	if full := Default(); decodeRaw(data, &full) == nil { // array tables: from the whole file, as Check reads them
+		for _, u := range full.Uplink {
+			if a := u.clearToken(); a != "" {
+				out = append(out, Problem{Key: "uplink",
+					Msg: fmt.Sprintf("INSECURE: uplink %s sends its token to %s without TLS ([[uplink]] insecure = true): anyone on the path can read it and publish upstream", u.Name, a)})
+			}
+		}
 	}
 	return out
 }

@@ -19,13 +19,16 @@ import (
 // UplinkConfig is one [[uplink]] table: local queues forwarded to a queue
 // on a remote Fibril (docs/uplink.md). None by default.
 type UplinkConfig struct {
-	Name         string   `toml:"name"`
-	Queues       []string `toml:"queues"`
-	To           []string `toml:"to"`
-	RemoteQueue  string   `toml:"remote_queue"`
-	Token        string   `toml:"token"`
-	TokenFile    string   `toml:"token_file"`
-	TLSCA        string   `toml:"tls_ca"`
+	Name        string   `toml:"name"`
+	Queues      []string `toml:"queues"`
+	To          []string `toml:"to"`
+	RemoteQueue string   `toml:"remote_queue"`
+	Token       string   `toml:"token"`
+	TokenFile   string   `toml:"token_file"`
+	TLSCA       string   `toml:"tls_ca"`
+	// Insecure lets a token go to a remote off loopback without TLS
+	// (tls_ca); fibrild warns about it at every start.
+	Insecure     Bool     `toml:"insecure"`
 	Window       int      `toml:"window"`
 	Rate         float64  `toml:"rate"`
 	DedupeWindow Duration `toml:"dedupe_window"`
@@ -69,7 +72,24 @@ func (c Config) uplinkOptions(i int, local func(context.Context) (*client.Client
 		}
 		o.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12, CipherSuites: federation.AEADSuites}
 	}
+	if a := u.clearToken(); a != "" && !bool(u.Insecure) {
+		return o, fmt.Errorf("uplink %s: its token would cross the network in the clear to %s: set tls_ca (TLS to the remote), or insecure = true", o.Name, a)
+	}
 	return o, o.Validate()
+}
+
+// clearToken returns the first remote off loopback that u's token would
+// reach without TLS, or "".
+func (u UplinkConfig) clearToken() string {
+	if (u.Token == "" && u.TokenFile == "") || u.TLSCA != "" {
+		return ""
+	}
+	for _, a := range u.To {
+		if !IsLoopback(a) {
+			return a
+		}
+	}
+	return ""
 }
 
 // uplinkProblems checks every [[uplink]] as the uplink package would.
@@ -130,6 +150,10 @@ func startUplinks(cfg Config, fibrilAddr string, serverTLS *tls.Config, b *appli
 			}
 		})
 		log.Info("uplink started", "uplink", o.Name, "to", o.To, "queues", o.Queues)
+		if a := cfg.Uplink[i].clearToken(); a != "" {
+			log.Warn("INSECURE: the uplink sends its token without TLS ([[uplink]] insecure = true): "+
+				"anyone on the path can read it and publish upstream", "uplink", o.Name, "to", a)
+		}
 	}
 	return ru, nil
 }
