@@ -87,6 +87,11 @@ type Cluster struct {
 	// once the state no longer assigns them.
 	unserved    []string
 	collectKick chan struct{}
+	// openLogs are the copies whose logs the broker holds open as their
+	// owner (Attach to Detach), served or not yet (guarded by
+	// declaredMu): a log the broker opened at start is in use before it
+	// is served.
+	openLogs map[replication.CopyID]bool
 	// servedAt is the newest state (its Applied index) serve or unserve
 	// acted on: an older one, read before another caller acted, is
 	// ignored rather than allowed to undo what a newer one did.
@@ -133,7 +138,7 @@ func OpenCluster(o ClusterOptions) (*Cluster, error) {
 		logger = slog.Default()
 	}
 	c := &Cluster{log: logger.With("node", o.Node.ID), owned: map[string]*ownedPartition{},
-		declared: map[string]uint64{}, nodeSet: make(chan struct{}), bound: make(chan struct{}), stop: make(chan struct{}),
+		declared: map[string]uint64{}, openLogs: map[replication.CopyID]bool{}, nodeSet: make(chan struct{}), bound: make(chan struct{}), stop: make(chan struct{}),
 		forwardOpts: o.Forward, forward: map[string]*client.Client{}, forwarders: map[string]*queueForwarder{}, proxies: map[*proxyConsumer]struct{}{}, local: map[string]LocalQueue{}, modeRuns: map[string]bool{}, modeKick: make(chan struct{}, 1), collectKick: make(chan struct{}, 1), replicaDir: o.ReplicaDir, replicaFS: o.ReplicaFS,
 		fo: newFailover(), failoverTimeout: o.FailoverTimeout, followerHold: o.FollowerHold}
 	if c.failoverTimeout <= 0 {
@@ -225,6 +230,7 @@ func (c *Cluster) syncQueues() {
 				c.log.Error("cannot delete a queue the cluster no longer has", "queue", name, "err", err)
 			}
 		}
+		c.closeOpenedGone()
 		// Dead-letter queues first: a queue may reject a message at once.
 		isDeadLetter := st.DeadLetterQueues()
 		for _, deadLetters := range []bool{true, false} {
@@ -274,6 +280,18 @@ func (c *Cluster) serveLocked(st *control.State, name string) error {
 	if b == nil || (served && inc == q.Incarnation) || !c.newStateLocked(st) {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if opened, ok := c.openedIncarnation(name); ok && !served && opened != q.Incarnation {
+		// The broker opened at start the log of an earlier declaration
+		// under this name (deleted and declared again while this node
+		// was down): none of it is the new queue's.
+		c.log.Warn("the broker opened an earlier declaration of the queue; closing it", "queue", name,
+			"opened", opened, "incarnation", q.Incarnation)
+		if err := c.deleteLocalLocked(ctx, b, name); err != nil {
+			return err
+		}
+	}
 	if !c.mayServe(st, name) {
 		// A queue the broker opened at start (its log reopened: a new
 		// instance, which goes through recovery first) is served as it
@@ -283,8 +301,6 @@ func (c *Cluster) serveLocked(st *control.State, name string) error {
 		}
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	if served {
 		if err := c.deleteLocalLocked(ctx, b, name); err != nil {
 			return err
@@ -298,6 +314,64 @@ func (c *Cluster) serveLocked(st *control.State, name string) error {
 	c.kickModes() // a change pending in the state is this node's to carry out now
 	c.log.Info("serving queue", "queue", name, "policy", q.Policy.String(), "incarnation", q.Incarnation, "epoch", as[0].Epoch)
 	return nil
+}
+
+// closeOpenedGone closes the queues the broker opened at start that the
+// replayed state no longer has: deleted while this node was down. They
+// were never served (declared misses them), so unserve does not find
+// them. The replayed state is at least as new as the one the broker
+// declared them under, and serveMu keeps a declare from coming between
+// the look and the close.
+func (c *Cluster) closeOpenedGone() {
+	select {
+	case <-c.node.Replayed():
+	default:
+		return
+	}
+	b := c.boundBroker()
+	if b == nil {
+		return
+	}
+	c.mu.Lock()
+	var opened []string
+	for _, op := range c.owned {
+		if op.partition == 0 {
+			opened = append(opened, op.queue)
+		}
+	}
+	c.mu.Unlock()
+	c.serveMu.Lock()
+	defer c.serveMu.Unlock()
+	for _, name := range opened {
+		var known bool
+		c.node.read(func(s *control.State) { _, known = s.Queues[name] })
+		if _, err := b.QueueInfo(name); known || err != nil {
+			continue
+		}
+		c.fenceQueue(name)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := b.DeleteQueue(ctx, name)
+		cancel()
+		if err != nil && !errors.Is(err, appliance.ErrNotFound) {
+			c.log.Error("cannot close a queue the cluster no longer has", "queue", name, "err", err)
+			continue
+		}
+		c.undeclareLocked(name)
+		c.fo.setServing(name, false)
+		c.log.Warn("stopped serving queue: the cluster deleted it while this node was down", "queue", name)
+	}
+}
+
+// openedIncarnation is the declaration whose log the broker holds open
+// for name, as its first partition's directory names it.
+func (c *Cluster) openedIncarnation(name string) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	op, ok := c.owned[ownedKey(name, 0)]
+	if !ok {
+		return 0, false
+	}
+	return op.incarnation, true
 }
 
 // unserve deletes queue from the local broker when this node serves it
@@ -368,7 +442,7 @@ func (c *Cluster) brokerServes(id replication.CopyID) bool {
 	c.declaredMu.Lock()
 	defer c.declaredMu.Unlock()
 	inc, ok := c.declared[id.Queue]
-	return ok && inc == id.Incarnation
+	return (ok && inc == id.Incarnation) || c.openLogs[id]
 }
 
 // newStateLocked reports whether st is at least as new as every state
@@ -469,9 +543,19 @@ func (c *Cluster) Attach(queue string, partition int, cfg appliance.QueueConfig,
 	if c.isLocal(queue) {
 		return nil // replicated nowhere: it confirms as a solo node's
 	}
-	op := &ownedPartition{c: c, queue: queue, partition: partition, key: ownedKey(queue, partition),
+	// The copy the log is: its directory names it. The state may have
+	// moved on since the broker asked LogDir (a queue deleted and
+	// declared again while this node was down keeps the old log here).
+	id, ok := c.copyAt(log.Dir())
+	if !ok || id.Queue != queue || id.Partition != partition {
+		id = c.logCopy(queue, partition)
+	}
+	op := &ownedPartition{c: c, queue: queue, partition: partition, key: ownedKey(queue, partition), incarnation: id.Incarnation,
 		durability: cfg.Durability, log: log, ready: make(chan struct{}), done: make(chan struct{}), fencedCh: make(chan struct{})}
-	op.history, op.dir = c.beginInstance(queue, partition, log)
+	c.declaredMu.Lock()
+	c.openLogs[id] = true
+	c.declaredMu.Unlock()
+	op.history, op.dir = c.beginInstance(id, log)
 	c.mu.Lock()
 	c.owned[op.key] = op
 	c.mu.Unlock()
@@ -495,8 +579,8 @@ func (c *Cluster) Attach(queue string, partition int, cfg appliance.QueueConfig,
 // may lack records this node once held: it is marked as catching up, so
 // it is no witness in a recovery. A history that cannot be saved is
 // logged: the partition then writes nothing (see follow).
-func (c *Cluster) beginInstance(queue string, partition int, log *wal.Log) (replication.History, string) {
-	copyID := c.logCopy(queue, partition) // it reads the follower: not under mu
+func (c *Cluster) beginInstance(copyID replication.CopyID, log *wal.Log) (replication.History, string) {
+	queue, partition := copyID.Queue, copyID.Partition
 	c.mu.Lock()
 	c.logsOpened = append(c.logsOpened, copyID) // collectCopies checks it is still assigned
 	c.mu.Unlock()
@@ -512,7 +596,10 @@ func (c *Cluster) beginInstance(queue string, partition int, log *wal.Log) (repl
 	if h == nil {
 		var inc, epoch uint64
 		c.node.read(func(s *control.State) {
-			inc = s.Queues[queue].Incarnation
+			if inc = s.Queues[queue].Incarnation; inc != copyID.Incarnation {
+				inc = 0 // another declaration's log: nothing says it is whole
+				return
+			}
 			if as := s.Assignments[queue]; len(as) > 0 {
 				epoch = as[0].Epoch
 			}

@@ -73,10 +73,12 @@ func newFailover() *failover {
 		serving: map[string]bool{}, served: make(chan struct{}), incs: map[string]uint64{}}
 }
 
-// forgetLocked drops what f knew of queue when the state names another
-// incarnation of it than the one it was learnt for. f.mu is held.
+// forgetLocked drops what f knew of queue when the state names a newer
+// incarnation of it than the one it was learnt for. f.mu is held. An
+// older one, from a state read before a newer one was acted on, forgets
+// nothing: incarnations (the declaration's raft index) only rise.
 func (f *failover) forgetLocked(queue string, inc uint64) {
-	if f.incs[queue] != inc {
+	if inc > f.incs[queue] {
 		f.incs[queue] = inc
 		delete(f.sealed, queue)
 		delete(f.installs, queue)
@@ -118,6 +120,22 @@ func (c *Cluster) logDir(queue string, partition int) string {
 // copyDir is copy id's directory.
 func (c *Cluster) copyDir(id replication.CopyID) string {
 	return c.replicaFS.PathJoin(c.replicaDir, id.Queue, strconv.FormatUint(id.Incarnation, 10), strconv.Itoa(id.Partition))
+}
+
+// copyAt names the copy whose directory is dir (copyDir), if dir is one.
+func (c *Cluster) copyAt(dir string) (replication.CopyID, bool) {
+	fs := c.replicaFS
+	incDir := fs.PathDir(dir)
+	part, err := strconv.Atoi(fs.PathBase(dir))
+	if err != nil || part < 0 {
+		return replication.CopyID{}, false
+	}
+	inc, err := strconv.ParseUint(fs.PathBase(incDir), 10, 64)
+	if err != nil {
+		return replication.CopyID{}, false
+	}
+	id := replication.CopyID{Queue: fs.PathBase(fs.PathDir(incDir)), Incarnation: inc, Partition: part}
+	return id, c.copyDir(id) == dir
 }
 
 // logCopy names the copy logDir is the directory of.

@@ -31,11 +31,14 @@ type ownedPartition struct {
 	queue     string
 	partition int
 	key       string
-	log       *wal.Log
-	dir       string        // the log's directory, which holds its history
-	ready     chan struct{} // closed once gate is set
-	done      chan struct{} // closed once the partition is closed
-	fencedCh  chan struct{} // closed once fenced is set
+	// incarnation is the declaration the log belongs to (its directory
+	// names it): an assignment of another is not this log's to write.
+	incarnation uint64
+	log         *wal.Log
+	dir         string        // the log's directory, which holds its history
+	ready       chan struct{} // closed once gate is set
+	done        chan struct{} // closed once the partition is closed
+	fencedCh    chan struct{} // closed once fenced is set
 
 	mu         sync.Mutex           // guards the fields below
 	durability appliance.Durability // the mode the gate counts and the streams follow (SwitchMode)
@@ -116,6 +119,9 @@ func (op *ownedPartition) follow() {
 	switch {
 	case a.Owner == "":
 		return // not known yet
+	case a.Incarnation != op.incarnation:
+		op.fence(fmt.Sprintf("the queue was declared again (incarnation %d): this log is incarnation %d's", a.Incarnation, op.incarnation))
+		return
 	case a.Owner != me:
 		op.fence("the queue is owned by " + a.Owner)
 		return
@@ -377,6 +383,9 @@ func (op *ownedPartition) Status() string {
 
 func (op *ownedPartition) Detach() {
 	op.close()
+	op.c.declaredMu.Lock()
+	delete(op.c.openLogs, op.copyID(op.incarnation))
+	op.c.declaredMu.Unlock()
 	op.c.mu.Lock()
 	if op.c.owned[op.key] == op {
 		delete(op.c.owned, op.key)

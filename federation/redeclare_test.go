@@ -3,6 +3,8 @@ package federation
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,4 +77,106 @@ func TestRedeclaredQueueFailsOverAgain(t *testing.T) {
 	owner.close()
 	next := nodes.servedAfter(t, "q", 1)
 	t.Logf("second incarnation failed over to %s", next.id)
+}
+
+// The owner is down while its queue is deleted and declared again, and
+// the new queue is placed on it once more. When it comes back, its broker
+// still holds the old queue's log and checkpoint under that name: none of
+// it may reach the new queue, whichever comes first, the old owner's
+// return or the new queue's failover, and wherever the new queue ends up
+// served.
+func TestRedeclaredWhileItsOwnerWasDown(t *testing.T) {
+	nodes := startNodes(t, 3, nodeOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	leadBy(t, nodes, "n3")
+	cfg := appliance.QueueConfig{Name: "q", Durability: appliance.Durable}
+	owner := nodes.declare(t, "n3", cfg, "")
+	if owner.id != "n1" {
+		t.Fatalf("q owned by %s, want n1", owner.id)
+	}
+	publishN(t, owner.broker, "q", "old", 20)
+	consumeBodies(t, ctx, owner.broker, "q", 5) // some acked: the old queue's checkpoint has state
+	nodes.copiesMatch(t, "q", (*wal.Log).WrittenNext)
+	owner.close()
+
+	if err := nodes["n3"].cluster.DeleteQueue(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := nodes["n3"].cluster.DeclarePolicy(ctx, cfg, ""); err != nil {
+		t.Fatal(err)
+	}
+	if o := nodes["n3"].cluster.Node().State().Assignments["q"][0].Owner; o != "n1" {
+		t.Fatalf("the new q is placed on %s, want n1 (down)", o)
+	}
+	owner.restart(t)
+	served := nodes.servedAfter(t, "q", 0)
+	publishN(t, served.broker, "q", "new", 10)
+	if got := consumeBodies(t, ctx, served.broker, "q", 10); !onlyPrefix(got, "new-") {
+		t.Fatalf("the new q, served by %s, delivered %q", served.id, got)
+	}
+	nodes.copiesMatch(t, "q", (*wal.Log).WrittenNext)
+	// And once more on another node: no copy of the new queue holds an
+	// old record.
+	epoch := nodes.assignments(t, "q")[0].Epoch
+	publishN(t, served.broker, "q", "later", 5)
+	nodes.copiesMatch(t, "q", (*wal.Log).WrittenNext)
+	served.close()
+	next := nodes.servedAfter(t, "q", epoch)
+	// Acks may not have reached the copies before the failover: "new"
+	// messages may come again, and nothing else.
+	got := consumeUntil(t, ctx, next.broker, "q", func(got []string) bool {
+		return len(slices.DeleteFunc(slices.Clone(got), func(b string) bool { return !strings.HasPrefix(b, "later-") })) == 5
+	})
+	if slices.ContainsFunc(got, func(b string) bool { return !strings.HasPrefix(b, "new-") && !strings.HasPrefix(b, "later-") }) {
+		t.Fatalf("the new q, failed over to %s, delivered %q", next.id, got)
+	}
+	served.restart(t)
+}
+
+// consumeBodies takes n messages from queue on b, acks them, and returns
+// their bodies.
+func consumeBodies(t *testing.T, ctx context.Context, b *appliance.Broker, queue string, n int) []string {
+	t.Helper()
+	return consumeUntil(t, ctx, b, queue, func(got []string) bool { return len(got) >= n })
+}
+
+// consumeUntil takes messages from queue on b, acking each, until done
+// says the bodies taken are enough, and returns them.
+func consumeUntil(t *testing.T, ctx context.Context, b *appliance.Broker, queue string, done func([]string) bool) []string {
+	t.Helper()
+	got := make(chan string, 1024)
+	var sub *appliance.Subscription
+	subscribed := make(chan struct{}) // sub is set
+	sub, err := b.Subscribe(queue, appliance.SubscribeOptions{Prefetch: 1, Deliver: func(d appliance.Delivery) {
+		got <- string(d.Body)
+		go func() {
+			<-subscribed
+			sub.Ack(d.Tag)
+		}()
+	}})
+	if err != nil {
+		t.Fatalf("subscribe to %s: %v", queue, err)
+	}
+	close(subscribed)
+	defer sub.Close()
+	var bodies []string
+	for !done(bodies) {
+		select {
+		case body := <-got:
+			bodies = append(bodies, body)
+		case <-ctx.Done():
+			t.Fatalf("not every message from %s; these came: %q", queue, bodies)
+		}
+	}
+	return bodies
+}
+
+func onlyPrefix(bodies []string, prefix string) bool {
+	for _, b := range bodies {
+		if !strings.HasPrefix(b, prefix) {
+			return false
+		}
+	}
+	return true
 }

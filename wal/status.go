@@ -48,6 +48,9 @@ type Status struct {
 	ReadCacheHits          uint64 // of those, records read from the node's read cache
 }
 
+// Dir is the log's directory, as Open was given it.
+func (l *Log) Dir() string { return l.dir }
+
 // Status returns a snapshot.
 func (l *Log) Status() Status {
 	l.statusMu.Lock()
