@@ -476,7 +476,7 @@ func (c *Cluster) DeleteQueue(ctx context.Context, name string) error {
 	}
 	var inc uint64
 	c.node.read(func(s *control.State) { inc = s.Queues[name].Incarnation })
-	if err := c.node.DeleteQueue(ctx, name); err != nil {
+	if err := c.node.DeleteQueue(ctx, name, inc); err != nil {
 		if b := c.boundBroker(); errors.Is(err, control.ErrUnknownQueue) && b != nil {
 			if _, lerr := b.QueueInfo(name); lerr == nil {
 				return b.DeleteQueue(ctx, name)

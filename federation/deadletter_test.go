@@ -95,8 +95,9 @@ func TestDeadLetterServedElsewhere(t *testing.T) {
 	const n = 10
 	publishN(t, owner.broker, "orders", "order", n)
 	nodes.copiesMatch(t, "rejects", (*wal.Log).DurableNext) // every copy a witness
-	epoch := nodes.assignments(t, "rejects")[0].Epoch
-	owner.cluster.proposeRecovery("rejects", epoch, "test: move the dead-letter queue alone")
+	a := nodes.assignments(t, "rejects")[0]
+	epoch := a.Epoch
+	owner.cluster.proposeRecovery("rejects", a.Incarnation, epoch, "test: move the dead-letter queue alone")
 	dlOwner := nodes.servedAfter(t, "rejects", epoch)
 	if dlOwner == owner {
 		t.Fatalf("rejects recovered on %s, the owner of orders: the test needs them apart", owner.id)

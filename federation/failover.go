@@ -185,39 +185,37 @@ func (c *Cluster) installedAt(queue string, epoch uint64) bool {
 	return c.fo.installs[queue] == epoch
 }
 
-// askRecovery proposes, in the background, that queue leave epoch. It
-// is asked once per epoch; the control state ignores it once the queue
-// has moved on.
-func (c *Cluster) askRecovery(queue string, epoch uint64, reason string) {
-	var inc uint64
-	c.node.read(func(s *control.State) { inc = s.Queues[queue].Incarnation })
+// askRecovery proposes, in the background, that the declaration inc of
+// queue leave epoch. It is asked once per epoch; the control state
+// ignores it once the queue has moved on or been declared again.
+func (c *Cluster) askRecovery(queue string, inc, epoch uint64, reason string) {
 	c.startOnce(fmt.Sprintf("recover %s#%d@%d", queue, inc, epoch), func(stop <-chan struct{}) {
 		select {
 		case <-c.node.Replayed():
 		case <-stop:
 			return
 		}
-		c.proposeRecovery(queue, epoch, reason)
+		c.proposeRecovery(queue, inc, epoch, reason)
 	})
 }
 
-// proposeRecovery proposes that queue leave epoch, retrying while no
-// leader is known, until it succeeds, the queue moves past epoch, or the
-// node closes.
-func (c *Cluster) proposeRecovery(queue string, epoch uint64, reason string) {
+// proposeRecovery proposes that the declaration inc of queue leave
+// epoch, retrying while no leader is known, until it succeeds, the queue
+// moves past epoch or is declared again, or the node closes.
+func (c *Cluster) proposeRecovery(queue string, inc, epoch uint64, reason string) {
 	delay := 50 * time.Millisecond
 	for {
 		current := false
 		c.node.read(func(s *control.State) {
 			as := s.Assignments[queue]
-			current = len(as) > 0 && as[0].Epoch == epoch && !as[0].Sealing
+			current = len(as) > 0 && as[0].Incarnation == inc && as[0].Epoch == epoch && !as[0].Sealing
 		})
 		if !current {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		r := c.node.propose(ctx, control.Command{Op: control.OpRecover,
-			Recover: &control.Recover{Queue: queue, Epoch: epoch, Reason: reason, At: time.Now().UnixNano()}})
+			Recover: &control.Recover{Queue: queue, Incarnation: inc, Epoch: epoch, Reason: reason, At: time.Now().UnixNano()}})
 		cancel()
 		if r.Err == nil {
 			c.log.Warn("queue recovery started", "queue", queue, "from_epoch", epoch, "reason", reason)
@@ -288,7 +286,7 @@ func (c *Cluster) recoverQueues() {
 				// instance), whether or not its broker opened the
 				// queue again at start, so only a recovery moves the
 				// queue on.
-				c.askRecovery(name, a.Epoch, "the owner restarted: a new instance never resumes writing at its old end")
+				c.askRecovery(name, a.Incarnation, a.Epoch, "the owner restarted: a new instance never resumes writing at its old end")
 			case a.Owner != me:
 				err = c.releaseLocal(name, "the queue is owned by "+a.Owner)
 			}
@@ -338,7 +336,7 @@ func (c *Cluster) sealQueue(st *control.State, name string) error {
 	c.fo.sealed[name] = epoch
 	c.fo.mu.Unlock()
 	r := c.node.propose(ctx, control.Command{Op: control.OpSeal, Seal: &control.SealReport{
-		Queue: name, Epoch: epoch, Node: c.node.opts.ID, Seals: seals, At: time.Now().UnixNano()}})
+		Queue: name, Incarnation: as[0].Incarnation, Epoch: epoch, Node: c.node.opts.ID, Seals: seals, At: time.Now().UnixNano()}})
 	if r.Err != nil {
 		c.fo.mu.Lock()
 		if c.fo.sealed[name] == epoch {
@@ -617,7 +615,7 @@ func (c *Cluster) watchOwners() {
 			}
 			a := as[0]
 			if silent := time.Since(lastSeen[a.Owner]); silent > timeout {
-				c.askRecovery(name, a.Epoch, fmt.Sprintf("owner %s unreachable for %v", a.Owner, silent.Round(time.Millisecond)))
+				c.askRecovery(name, a.Incarnation, a.Epoch, fmt.Sprintf("owner %s unreachable for %v", a.Owner, silent.Round(time.Millisecond)))
 			}
 		}
 	}

@@ -140,7 +140,7 @@ func (op *ownedPartition) follow() {
 	}
 	if op.gate == nil {
 		if !op.c.installedAt(op.queue, a.Epoch) {
-			op.c.askRecovery(op.queue, a.Epoch, "the owner reopened its log: a new instance never resumes writing at its old end")
+			op.c.askRecovery(op.queue, a.Incarnation, a.Epoch, "the owner reopened its log: a new instance never resumes writing at its old end")
 			return
 		}
 		// The records this instance writes are the epoch's: in its
@@ -252,7 +252,7 @@ func (op *ownedPartition) watchLatch(epoch, incarnation uint64) {
 	}
 	op.c.follower.MarkCut(op.copyID(incarnation)) // a failed sync may have dropped what it wrote
 	op.fence("the owner's log latched after a storage failure")
-	op.c.askRecovery(op.queue, epoch, "the owner's log latched after a storage failure")
+	op.c.askRecovery(op.queue, incarnation, epoch, "the owner's log latched after a storage failure")
 }
 
 func (op *ownedPartition) copyID(incarnation uint64) replication.CopyID {

@@ -462,9 +462,11 @@ func (n *Node) waitFor(ctx context.Context, cond func(*control.State) bool) erro
 	}
 }
 
-// DeleteQueue removes a queue's declaration and assignments.
-func (n *Node) DeleteQueue(ctx context.Context, name string) error {
-	return n.proposeSeen(ctx, control.Command{Op: control.OpDeleteQueue, ID: name}).Err
+// DeleteQueue removes a queue's declaration inc (0: whichever the state
+// has) and its assignments. A queue declared again since inc is not
+// deleted: control.ErrUnknownQueue.
+func (n *Node) DeleteQueue(ctx context.Context, name string, inc uint64) error {
+	return n.proposeSeen(ctx, control.Command{Op: control.OpDeleteQueue, ID: name, Incarnation: inc}).Err
 }
 
 // SetSettings changes cluster settings.

@@ -92,20 +92,27 @@ type Failover struct {
 
 // Recover is OpRecover's argument: leave epoch Epoch of queue Queue.
 type Recover struct {
-	Queue  string `json:"queue"`
-	Epoch  uint64 `json:"epoch"`
-	Reason string `json:"reason"`
-	At     int64  `json:"at"`
+	Queue string `json:"queue"`
+	// Incarnation is the declaration of Queue meant; 0 (a command from
+	// before incarnations were sent) means whichever the state has.
+	Incarnation uint64 `json:"incarnation,omitempty"`
+	Epoch       uint64 `json:"epoch"`
+	Reason      string `json:"reason"`
+	At          int64  `json:"at"`
 }
 
 // SealReport is OpSeal's argument: one node's seals of a queue's
 // partitions at Epoch, in partition order.
 type SealReport struct {
 	Queue string `json:"queue"`
-	Epoch uint64 `json:"epoch"`
-	Node  string `json:"node"`
-	Seals []Seal `json:"seals"`
-	At    int64  `json:"at"`
+	// Incarnation is the declaration whose copies were sealed; 0 (a
+	// report from before incarnations were sent) means whichever the
+	// state has.
+	Incarnation uint64 `json:"incarnation,omitempty"`
+	Epoch       uint64 `json:"epoch"`
+	Node        string `json:"node"`
+	Seals       []Seal `json:"seals"`
+	At          int64  `json:"at"`
 }
 
 // Copies is the partition's copies, owner first.
@@ -153,14 +160,14 @@ func (a Assignment) Installable(mode appliance.Durability) bool {
 }
 
 // recover starts a recovery of r.Queue at r.Epoch+1. It is a no-op when
-// the queue is past r.Epoch already (another proposer was first) and when
-// it is sealing at r.Epoch+1.
+// the queue is past r.Epoch already (another proposer was first), when
+// it is sealing at r.Epoch+1, and when it was declared again since.
 func (s *State) recover(r Recover) error {
 	as, ok := s.Assignments[r.Queue]
 	if !ok || len(as) == 0 {
 		return fmt.Errorf("%w: %s", ErrUnknownQueue, r.Queue)
 	}
-	if as[0].Epoch != r.Epoch {
+	if as[0].Epoch != r.Epoch || (r.Incarnation != 0 && as[0].Incarnation != r.Incarnation) {
 		return nil
 	}
 	as = s.ownAssignments(r.Queue)
@@ -177,12 +184,16 @@ func (s *State) recover(r Recover) error {
 }
 
 // seal records one node's seals, and installs the epoch once enough
-// witnesses of every partition sealed. A report for another epoch, from a
-// node holding no copy, or repeated, changes nothing.
+// witnesses of every partition sealed. A report for another epoch or
+// another declaration of the queue, from a node holding no copy, or
+// repeated, changes nothing.
 func (s *State) seal(r SealReport) error {
 	as, ok := s.Assignments[r.Queue]
 	if !ok || len(as) == 0 {
 		return fmt.Errorf("%w: %s", ErrUnknownQueue, r.Queue)
+	}
+	if r.Incarnation != 0 && as[0].Incarnation != r.Incarnation {
+		return nil
 	}
 	if len(r.Seals) != len(as) {
 		return fmt.Errorf("%w: %d seals for %d partitions of %s", appliance.ErrInvalid, len(r.Seals), len(as), r.Queue)

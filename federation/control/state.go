@@ -513,9 +513,13 @@ func defaultPolicy(mode appliance.Durability, replicas int) Policy {
 	return Policy{Kind: ReplicaBuffered, N: replicas/2 + 1}
 }
 
-func (s *State) deleteQueue(name string) error {
-	if _, ok := s.Queues[name]; !ok {
+func (s *State) deleteQueue(name string, inc uint64) error {
+	q, ok := s.Queues[name]
+	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownQueue, name)
+	}
+	if inc != 0 && q.Incarnation != inc {
+		return fmt.Errorf("%w: %s was declared again (incarnation %d, not %d)", ErrUnknownQueue, name, q.Incarnation, inc)
 	}
 	delete(s.Queues, name)
 	delete(s.Assignments, name)

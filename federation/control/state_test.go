@@ -266,6 +266,38 @@ func TestIncarnation(t *testing.T) {
 	if s := g.State(); g.Applied() != 24 || s.Queues["q"].Incarnation != 24 || s.Assignments["q"][0].Incarnation != 24 {
 		t.Fatalf("restored: applied %d, %+v", g.Applied(), s.Assignments["q"])
 	}
+
+	// Commands meant for the first declaration, late or retried, leave
+	// the second alone.
+	if r := apply(Command{Op: OpRecover, Recover: &Recover{Queue: "q", Incarnation: 12, Epoch: 1}}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if a := f.State().Assignments["q"][0]; a.Sealing || a.Epoch != 1 {
+		t.Fatalf("a recovery of the first declaration started one of the second: %+v", a)
+	}
+	if r := apply(Command{Op: OpRecover, Recover: &Recover{Queue: "q", Incarnation: 24, Epoch: 1}}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	a := f.State().Assignments["q"][0]
+	if !a.Sealing || a.Epoch != 2 {
+		t.Fatalf("the second declaration's recovery did not start: %+v", a)
+	}
+	if r := apply(Command{Op: OpSeal, Seal: &SealReport{Queue: "q", Incarnation: 12, Epoch: 2, Node: a.Owner,
+		Seals: []Seal{{End: 20, LastEpoch: 1, Witness: true, Acked: 20}, {End: 20, LastEpoch: 1, Witness: true, Acked: 20}}}}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if a := f.State().Assignments["q"][0]; len(a.Seals) != 0 {
+		t.Fatalf("the first declaration's seals were counted for the second: %+v", a.Seals)
+	}
+	if r := apply(Command{Op: OpDeleteQueue, ID: "q", Incarnation: 12}); !errors.Is(r.Err, ErrUnknownQueue) {
+		t.Fatalf("a delete of the first declaration: %v", r.Err)
+	}
+	if _, ok := f.State().Queues["q"]; !ok {
+		t.Fatal("a delete of the first declaration deleted the second")
+	}
+	if r := apply(Command{Op: OpDeleteQueue, ID: "q", Incarnation: 24}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
 }
 
 // A cluster default_policy decides the mode and count of a queue declared
