@@ -10,7 +10,10 @@
 // subject as header "nats-subject". Core NATS is at most once; the bridge
 // drops a message it received only when the broker refuses it (queue
 // full, unknown queue, too large), and then counts it by reason and logs
-// it. A lost Fibril connection is retried, never a drop.
+// it. A lost Fibril connection is retried, never a drop. When Run's
+// context ends the subscription is drained: NATS sends nothing more and
+// what it delivered is still published, for up to Options.DrainTimeout;
+// only what is left then is dropped (counted as "shutdown").
 //
 // Ingest, JetStream: a durable pull consumer (explicit acks). Each message
 // is published to Fibril with the message id taken from its Nats-Msg-Id

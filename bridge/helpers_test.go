@@ -102,7 +102,8 @@ func declare(t *testing.T, c *client.Client, q client.QueueConfig) {
 // running is a Bridge running in the background.
 type running struct {
 	*Bridge
-	stop func() // cancels Run and waits for it; fails the test on an error
+	cancel func() // cancels Run without waiting for it
+	stop   func() // cancels Run and waits for it; fails the test on an error
 }
 
 // runBridge starts a bridge and waits until it is ready.
@@ -144,7 +145,7 @@ func runBridge(t *testing.T, opts Options) *running {
 	case <-time.After(testTimeout):
 		t.Fatal("bridge not ready")
 	}
-	return &running{Bridge: b, stop: stop}
+	return &running{Bridge: b, cancel: cancel, stop: stop}
 }
 
 // waitFor waits until cond holds, for at most testTimeout.

@@ -18,6 +18,7 @@ const (
 	DefaultFetchBatch       = 256
 	DefaultRetryBackoff     = 50 * time.Millisecond
 	DefaultMaxRetryBackoff  = 2 * time.Second
+	DefaultDrainTimeout     = 5 * time.Second
 )
 
 // ErrInvalid: a bad option. Validate wraps it with the reason.
@@ -82,6 +83,13 @@ type Options struct {
 	// ingest retrying a lost Fibril connection. Defaults 50 ms and 2 s.
 	RetryBackoff    time.Duration
 	MaxRetryBackoff time.Duration
+
+	// DrainTimeout bounds the drain of a core ingest when Run's context
+	// ends: the subscription takes no more messages, and those NATS
+	// already delivered to it are still published to Fibril (retried as
+	// usual while the broker does not answer) for up to DrainTimeout.
+	// What is left then is dropped and counted as "shutdown". Default 5 s.
+	DrainTimeout time.Duration
 
 	// QueueExists, when set, reports whether the broker has a queue (a
 	// bridge running beside the broker passes the broker's own answer).
@@ -155,6 +163,9 @@ func (o *Options) withDefaults() {
 	}
 	if o.MaxRetryBackoff <= 0 {
 		o.MaxRetryBackoff = DefaultMaxRetryBackoff
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = DefaultDrainTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
