@@ -27,8 +27,11 @@
 //
 // Egress: a Fibril consumer; each delivery is published to a NATS subject
 // (acknowledged by a flush round trip) or to a JetStream stream (waiting for
-// the stream's publish ack), and acked in Fibril only then. If NATS does
-// not accept it the delivery is released for redelivery.
+// the stream's publish ack), and acked in Fibril only then. While NATS does
+// not answer, the delivery is held and sent again, and the leases of all
+// the egress holds are extended, so that an outage uses up none of the
+// queue's MaxDeliveries; only a message NATS refuses (too large, rejected
+// by the stream, no stream for the subject) is released for redelivery.
 //
 // A queue the broker says does not exist is never a silent loss: a
 // JetStream ingest blocks and retries, a core ingest counts not_found

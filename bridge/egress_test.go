@@ -3,14 +3,18 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fibril-edge/fibril/appliance/client"
+	"github.com/fibril-edge/fibril/internal/brokertest"
 )
 
 // streamMsgs is how many messages stream name holds.
@@ -68,7 +72,9 @@ func TestEgressJetStreamServerRestart(t *testing.T) {
 	waitFor(t, "a tenth egressed", func() bool { return br.Stats().Egressed >= n/10 })
 	ns.Shutdown()
 	ns.WaitForShutdown()
-	waitFor(t, "egress to fail while NATS is down", func() bool { return br.Stats().EgressFailed > 0 })
+	// The egress holds its deliveries meanwhile (nothing is released:
+	// EgressFailed stays 0).
+	waitFor(t, "the bridge to see NATS gone", func() bool { return br.Stats().State == StateReconnecting })
 	down := br.Stats()
 	ns = startNATSAt(t, port, dir)
 	// Every message the bridge acked in Fibril before NATS went down is
@@ -85,9 +91,12 @@ func TestEgressJetStreamServerRestart(t *testing.T) {
 		t.Fatalf("%d messages left in the queue", len(left))
 	}
 	s := br.Stats()
-	t.Logf("egressed %d, failed (released) %d, reconnects %d", s.Egressed, s.EgressFailed, s.Reconnects)
+	t.Logf("egressed %d, released %d, reconnects %d", s.Egressed, s.EgressFailed, s.Reconnects)
 	if s.Reconnects == 0 {
 		t.Errorf("no reconnect counted")
+	}
+	if s.EgressFailed != 0 {
+		t.Errorf("%d messages released for redelivery: an unreachable NATS is not their fault", s.EgressFailed)
 	}
 }
 
@@ -132,5 +141,143 @@ func TestEgressResumesAfterItsQueueIsDeclaredAgain(t *testing.T) {
 	}
 	if s := br.Stats(); s.State == StateStopped {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// An egress holds its deliveries while NATS is down, however long: NATS
+// refusing to answer is not the messages' fault, so it must not use up
+// their MaxDeliveries. NATS stays down for longer than MaxDeliveries
+// publish attempts of the message being sent and than MaxDeliveries ack
+// deadlines of those waiting behind it, then comes back on the same port:
+// every message reaches the stream, none is dead-lettered.
+func TestEgressHoldsDeliveriesWhileNATSIsDown(t *testing.T) {
+	const (
+		n             = 100 // above the prefetch: some wait in the broker, the rest with the bridge
+		maxDeliveries = 3
+		ackDeadline   = 500 * time.Millisecond
+	)
+	dir := t.TempDir()
+	ns := startNATSAt(t, -1, dir)
+	url := ns.ClientURL()
+	port := ns.Addr().(*net.TCPAddr).Port
+	_, js := connectNATS(t, ns)
+	if _, err := js.CreateStream(testCtx(t), jetstream.StreamConfig{Name: "HELD", Subjects: []string{"held.>"}, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	addr := startBroker(t)
+	fc := fibril(t, addr)
+	declare(t, fc, client.Queue("held-dlq").Buffered())
+	declare(t, fc, client.Queue("held").Buffered().MaxDeliveries(maxDeliveries).AckDeadline(ackDeadline).DeadLetter("held-dlq"))
+	var logs brokertest.LogBuffer
+	br := runBridge(t, Options{
+		URLs: []string{url}, FibrilAddr: addr,
+		ReconnectWait: 20 * time.Millisecond, MaxReconnectWait: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Egress: []Egress{{Queue: "held", Subject: "held.out", JetStream: true, ExtendEvery: ackDeadline / 5}},
+	})
+	if _, err := fc.Publish(testCtx(t), "held", client.Message{ID: "before", Body: []byte("before")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a message egressed while NATS is up", func() bool { return br.Stats().Egressed == 1 })
+
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	waitFor(t, "the bridge to see NATS gone", func() bool { return br.Stats().State == StateReconnecting })
+	down := time.Now()
+	for i := 0; i < n; i++ {
+		if f := fc.PublishAsync("held", client.Message{ID: fmt.Sprintf("h-%d", i), Body: []byte(fmt.Sprint(i))}); i == n-1 {
+			if _, err := f.Result(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	queued := func(q string) uint64 {
+		info, err := fc.QueueInfo(testCtx(t), q)
+		if err != nil {
+			t.Fatalf("queue info %s: %v", q, err)
+		}
+		return info.Messages()
+	}
+	held := func() int { return strings.Count(logs.String(), "egress delivery held") }
+	// Down until the message being sent has been tried more than twice
+	// MaxDeliveries times and the others have waited out MaxDeliveries
+	// ack deadlines and more, or until something is dead-lettered.
+	waitFor(t, "a long enough outage", func() bool {
+		return (held() > 2*maxDeliveries && time.Since(down) > (maxDeliveries+1)*ackDeadline) || queued("held-dlq") > 0
+	})
+	ns = startNATSAt(t, port, dir)
+	waitFor(t, "every message in the stream, or the queue empty", func() bool {
+		return streamMsgs(t, url, "HELD") == n+1 || queued("held") == 0
+	})
+	if got, dlq := streamMsgs(t, url, "HELD"), queued("held-dlq"); got != n+1 || dlq != 0 {
+		t.Fatalf("stream holds %d messages, want %d; %d dead-lettered (stats %+v)", got, n+1, dlq, br.Stats())
+	}
+	waitFor(t, "the queue empty", func() bool { return queued("held") == 0 })
+	br.stop()
+	s := br.Stats()
+	t.Logf("held %d times during the outage; egressed %d, failed %d, reconnects %d", held(), s.Egressed, s.EgressFailed, s.Reconnects)
+	if s.Egressed != n+1 || s.EgressFailed != 0 {
+		t.Errorf("egressed %d, failed %d: want %d egressed and nothing released", s.Egressed, s.EgressFailed, n+1)
+	}
+}
+
+// A message NATS refuses is the message's own fault, not an outage: it is
+// released for redelivery and so runs through its MaxDeliveries to the
+// dead-letter queue, while the messages behind it go out. Here one is
+// larger than the server's max payload (core egress), and one goes to a
+// subject no stream takes (JetStream egress).
+func TestEgressReleasesMessagesNATSRefuses(t *testing.T) {
+	const maxDeliveries = 2
+	ns := startNATSWith(t, &natsserver.Options{Port: -1, StoreDir: t.TempDir(), MaxPayload: 1024})
+	nc, _ := connectNATS(t, ns)
+	got := make(chan *nats.Msg, 10)
+	sub, err := nc.ChanSubscribe("big.out", got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	addr := startBroker(t)
+	fc := fibril(t, addr)
+	for _, q := range []string{"big", "nostream"} {
+		declare(t, fc, client.Queue(q+"-dlq").Buffered())
+		declare(t, fc, client.Queue(q).Buffered().MaxDeliveries(maxDeliveries).DeadLetter(q+"-dlq"))
+	}
+	br := runBridge(t, Options{URLs: []string{ns.ClientURL()}, FibrilAddr: addr, Egress: []Egress{
+		{Queue: "big", Subject: "big.out"},
+		{Queue: "nostream", Subject: "nostream.out", JetStream: true},
+	}})
+	ctx := testCtx(t)
+	for _, m := range []struct{ queue, body string }{
+		{"big", strings.Repeat("x", 4096)}, {"big", "small"}, {"nostream", "lost"},
+	} {
+		if _, err := fc.Publish(ctx, m.queue, client.Message{Body: []byte(m.body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case m := <-got:
+		if string(m.Data) != "small" {
+			t.Fatalf("egressed %d bytes, want the small message", len(m.Data))
+		}
+	case <-ctx.Done():
+		t.Fatalf("the message behind the refused one never went out; stats %+v", br.Stats())
+	}
+	queued := func(q string) uint64 {
+		info, err := fc.QueueInfo(ctx, q)
+		if err != nil {
+			t.Fatalf("queue info %s: %v", q, err)
+		}
+		return info.Messages()
+	}
+	waitFor(t, "both refused messages dead-lettered", func() bool { return queued("big-dlq") == 1 && queued("nostream-dlq") == 1 })
+	br.stop()
+	if s := br.Stats(); s.Egressed != 1 || s.EgressFailed != 2*maxDeliveries {
+		t.Fatalf("egressed %d, released %d: want 1 and %d (each refused message once per delivery)", s.Egressed, s.EgressFailed, 2*maxDeliveries)
+	}
+	if n := queued("big") + queued("nostream"); n != 0 {
+		t.Fatalf("%d messages left in the queues", n)
 	}
 }

@@ -40,10 +40,15 @@ func startNATS(t *testing.T) *natsserver.Server {
 // restart of the same server.
 func startNATSAt(t *testing.T, port int, dir string) *natsserver.Server {
 	t.Helper()
-	ns, err := natsserver.NewServer(&natsserver.Options{
-		Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir,
-		NoLog: true, NoSigs: true,
-	})
+	return startNATSWith(t, &natsserver.Options{Port: port, StoreDir: dir})
+}
+
+// startNATSWith runs an embedded NATS server with opts, on loopback with
+// JetStream and without logs or signal handlers.
+func startNATSWith(t *testing.T, opts *natsserver.Options) *natsserver.Server {
+	t.Helper()
+	opts.Host, opts.JetStream, opts.NoLog, opts.NoSigs = "127.0.0.1", true, true, true
+	ns, err := natsserver.NewServer(opts)
 	if err != nil {
 		t.Fatalf("nats server: %v", err)
 	}

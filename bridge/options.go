@@ -19,6 +19,8 @@ const (
 	DefaultRetryBackoff     = 50 * time.Millisecond
 	DefaultMaxRetryBackoff  = 2 * time.Second
 	DefaultDrainTimeout     = 5 * time.Second
+	DefaultPrefetch         = 64
+	DefaultExtendEvery      = 10 * time.Second // a third of a queue's default ack deadline
 )
 
 // ErrInvalid: a bad option. Validate wraps it with the reason.
@@ -79,8 +81,9 @@ type Options struct {
 	Egress []Egress
 
 	// RetryBackoff and MaxRetryBackoff bound the waits of a JetStream
-	// ingest retrying a publish the queue refused (full) and of core
-	// ingest retrying a lost Fibril connection. Defaults 50 ms and 2 s.
+	// ingest retrying a publish the queue refused (full), of core ingest
+	// retrying a lost Fibril connection, and of an egress sending a
+	// delivery NATS did not answer for again. Defaults 50 ms and 2 s.
 	RetryBackoff    time.Duration
 	MaxRetryBackoff time.Duration
 
@@ -146,6 +149,12 @@ type Egress struct {
 	JetStream bool
 	// Prefetch bounds the Fibril deliveries in flight. Default 64.
 	Prefetch int
+	// ExtendEvery is how often the egress extends the leases of the
+	// deliveries it holds (InProgress), so that a NATS outage longer than
+	// the queue's AckDeadline does not count as deliveries. Keep it well
+	// below the queue's AckDeadline; a third of it is safe. Default 10 s,
+	// a third of the default ack deadline.
+	ExtendEvery time.Duration
 }
 
 func (o *Options) withDefaults() {
@@ -186,8 +195,12 @@ func (o *Options) withDefaults() {
 		}
 	}
 	for i := range o.Egress {
-		if o.Egress[i].Prefetch <= 0 {
-			o.Egress[i].Prefetch = 64
+		eg := &o.Egress[i]
+		if eg.Prefetch <= 0 {
+			eg.Prefetch = DefaultPrefetch
+		}
+		if eg.ExtendEvery <= 0 {
+			eg.ExtendEvery = DefaultExtendEvery
 		}
 	}
 }

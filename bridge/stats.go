@@ -59,7 +59,8 @@ type Stats struct {
 
 	// Egressed counts Fibril messages NATS accepted and that were then
 	// acked; EgressFailed those released for redelivery because NATS
-	// did not accept them.
+	// refused them (while NATS is unreachable deliveries are held, not
+	// released).
 	Egressed     uint64 `json:"egressed"`
 	EgressFailed uint64 `json:"egress_failed"`
 }
