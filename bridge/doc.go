@@ -16,8 +16,9 @@
 // only what is left then is dropped (counted as "shutdown").
 //
 // Ingest, JetStream: a durable pull consumer (explicit acks). Each message
-// is published to Fibril with the message id taken from its Nats-Msg-Id
-// header, or "<stream>:<stream sequence>" without one, and acked to
+// is published to Fibril with the message id "<stream>/<Nats-Msg-Id>"
+// (Nats-Msg-Id is unique per stream only), or "<stream>:<stream sequence>"
+// without one, and acked to
 // JetStream only after Fibril confirmed it. A crash anywhere leaves the
 // message unacked and JetStream redelivers it; the queue's dedupe window
 // turns the repeat into a duplicate confirm. A queue that refuses a publish

@@ -83,17 +83,32 @@ func (b *Bridge) runJetStream(ctx context.Context, nc *nats.Conn, fc *client.Cli
 	return nil
 }
 
-// jsPrepare turns a JetStream message into its Fibril message. The id is
-// Nats-Msg-Id, or stream:sequence, so redeliveries repeat it.
+// jsPrepare turns a JetStream message into its Fibril message, with its
+// id (jsMessageID).
 func (b *Bridge) jsPrepare(in *Ingest, m jetstream.Msg) *jsPending {
-	id := m.Headers().Get(nats.MsgIdHdr)
-	if id == "" {
-		if md, err := m.Metadata(); err == nil {
-			id = fmt.Sprintf("%s:%d", md.Stream, md.Sequence.Stream)
-		}
-	}
+	id := jsMessageID(in.Stream, m)
 	queue := in.queueFor(m.Subject())
 	return &jsPending{msg: m, queue: queue, fm: client.Message{ID: id, Headers: fibrilHeaders(m.Subject(), m.Headers()), Body: m.Data()}}
+}
+
+// jsMessageID is the Fibril id of a JetStream message, the same for every
+// redelivery of it: "<stream>/<Nats-Msg-Id>" with a Nats-Msg-Id, else
+// "<stream>:<stream sequence>" ("" if its metadata cannot be read). A
+// Nats-Msg-Id is JetStream's dedupe key within one stream, whatever the
+// subject, so the stream alone is its namespace: two streams whose
+// publishers number their messages alike do not dedupe each other in a
+// queue they share, and within a stream the id means what JetStream
+// takes it to mean. Stream names cannot contain '/', so the two forms
+// never meet.
+func jsMessageID(stream string, m jetstream.Msg) string {
+	if id := m.Headers().Get(nats.MsgIdHdr); id != "" {
+		return stream + "/" + id
+	}
+	md, err := m.Metadata()
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%s:%d", md.Stream, md.Sequence.Stream)
 }
 
 // settleBatch waits for each confirm in order and acks the message to

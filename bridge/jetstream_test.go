@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -169,4 +170,61 @@ func TestJetStreamIngestRestarts(t *testing.T) {
 		t.Errorf("acked %d < %d", acked, n)
 	}
 	checkExactlyOnce(t, drain(t, fc, "readings"), n)
+}
+
+// Two JetStream ingests from different streams into one queue with a
+// dedupe window, whose publishers use the same Nats-Msg-Ids ("1", "2", …):
+// Nats-Msg-Id is unique per stream only, so the Fibril id is namespaced by
+// the stream, and each stream's messages all arrive, none taken for the
+// other's duplicate.
+func TestJetStreamIngestMsgIDsPerStream(t *testing.T) {
+	const n = 50
+	ns := startNATS(t)
+	addr := startBroker(t)
+	fc := fibril(t, addr)
+	declare(t, fc, client.Queue("merged").Buffered().DedupeWindow(10*time.Minute))
+	_, js := connectNATS(t, ns)
+	ctx := testCtx(t)
+	for _, stream := range []string{"EAST", "WEST"} {
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{strings.ToLower(stream) + ".>"}, Storage: jetstream.FileStorage}); err != nil {
+			t.Fatalf("create stream %s: %v", stream, err)
+		}
+		for i := 1; i <= n; i++ {
+			m := nats.NewMsg(strings.ToLower(stream) + ".x")
+			m.Data = []byte(fmt.Sprintf("%s-%d", stream, i))
+			m.Header.Set(nats.MsgIdHdr, fmt.Sprint(i))
+			if _, err := js.PublishMsg(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	br := runBridge(t, Options{URLs: []string{ns.ClientURL()}, FibrilAddr: addr, Ingest: []Ingest{
+		{Mode: JetStream, Stream: "EAST", Durable: "bridge", Queue: "merged"},
+		{Mode: JetStream, Stream: "WEST", Durable: "bridge", Queue: "merged"},
+	}})
+	waitFor(t, "both streams settled", func() bool {
+		return consumerSettled(t, js, "EAST", "bridge") && consumerSettled(t, js, "WEST", "bridge")
+	})
+	br.stop()
+	got := drain(t, fc, "merged")
+	seen := map[string]string{}
+	for _, d := range got {
+		seen[string(d.Body)] = d.ID
+	}
+	for _, stream := range []string{"EAST", "WEST"} {
+		for i := 1; i <= n; i++ {
+			if body := fmt.Sprintf("%s-%d", stream, i); seen[body] == "" {
+				t.Fatalf("%s missing: %d of %d messages arrived (stats %+v)", body, len(got), 2*n, br.Stats())
+			}
+		}
+	}
+	for body, id := range seen {
+		stream, i, _ := strings.Cut(body, "-")
+		if want := stream + "/" + i; id != want {
+			t.Fatalf("%s has id %q, want %q", body, id, want)
+		}
+	}
+	if s := br.Stats(); len(got) != 2*n || s.Duplicates != 0 {
+		t.Fatalf("%d messages, %d confirmed as duplicates; want %d and none", len(got), s.Duplicates, 2*n)
+	}
 }

@@ -270,7 +270,8 @@ func checkReadings(t *testing.T, ctx context.Context, addr string, n int) {
 			}
 			total++
 			i, err := strconv.Atoi(string(d.Body))
-			if err != nil || i < 0 || i >= n || d.ID != fmt.Sprintf("r-%d", i) {
+			// The bridge namespaces a Nats-Msg-Id by its stream.
+			if err != nil || i < 0 || i >= n || d.ID != fmt.Sprintf("%s/r-%d", bridgeStream, i) {
 				t.Fatalf("unexpected message %q id %q", d.Body, d.ID)
 			}
 			if seen[i]++; seen[i] == 2 {
