@@ -38,6 +38,7 @@ type NATSBridgeConfig struct {
 	TLSCert      string             `toml:"tls_cert"`
 	TLSKey       string             `toml:"tls_key"`
 	TLSCA        []string           `toml:"tls_ca"`
+	DrainTimeout Duration           `toml:"drain_timeout"`
 	Ingest       []NATSIngestConfig `toml:"ingest"`
 	Egress       []NATSEgressConfig `toml:"egress"`
 }
@@ -56,10 +57,11 @@ type NATSIngestConfig struct {
 
 // NATSEgressConfig is one [[bridge.nats.egress]] (see bridge.Egress).
 type NATSEgressConfig struct {
-	Queue     string `toml:"queue"`
-	Subject   string `toml:"subject"`
-	JetStream bool   `toml:"jetstream"`
-	Prefetch  int    `toml:"prefetch"`
+	Queue       string   `toml:"queue"`
+	Subject     string   `toml:"subject"`
+	JetStream   bool     `toml:"jetstream"`
+	Prefetch    int      `toml:"prefetch"`
+	ExtendEvery Duration `toml:"extend_every"`
 }
 
 // bridgeOptions turns one [[bridge.nats]] into bridge options for a
@@ -69,7 +71,7 @@ func (n NATSBridgeConfig) bridgeOptions(i int, fibrilAddr, token string, log *sl
 		Name: n.Name, URLs: n.URLs,
 		CredsFile: n.CredsFile, NKeySeedFile: n.NKeySeedFile, User: n.User, Password: n.Password, Token: n.Token,
 		TLSCertFile: n.TLSCert, TLSKeyFile: n.TLSKey, TLSCAFiles: n.TLSCA,
-		FibrilAddr: fibrilAddr, FibrilToken: token, Logger: log,
+		FibrilAddr: fibrilAddr, FibrilToken: token, DrainTimeout: time.Duration(n.DrainTimeout), Logger: log,
 	}
 	if o.Name == "" {
 		o.Name = fmt.Sprintf("nats%d", i+1)
@@ -81,7 +83,8 @@ func (n NATSBridgeConfig) bridgeOptions(i int, fibrilAddr, token string, log *sl
 		})
 	}
 	for _, eg := range n.Egress {
-		o.Egress = append(o.Egress, bridge.Egress{Queue: eg.Queue, Subject: eg.Subject, JetStream: eg.JetStream, Prefetch: eg.Prefetch})
+		o.Egress = append(o.Egress, bridge.Egress{Queue: eg.Queue, Subject: eg.Subject, JetStream: eg.JetStream, Prefetch: eg.Prefetch,
+			ExtendEvery: time.Duration(eg.ExtendEvery)})
 	}
 	return o
 }

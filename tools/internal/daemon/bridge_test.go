@@ -53,6 +53,14 @@ func TestBridgeConfig(t *testing.T) {
 	if ps := Check(data); len(ps) != 0 {
 		t.Fatalf("Check: %v", ps)
 	}
+	timed, err := Parse([]byte(strings.Replace(strings.Replace(string(data),
+		"urls =", "drain_timeout = \"2s\"\nurls =", 1), "cmd.out\"", "cmd.out\"\nextend_every = \"3s\"", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := timed.Bridge.NATS[0].bridgeOptions(0, "127.0.0.1:7420", "", nil); o.DrainTimeout != 2*time.Second || o.Egress[0].ExtendEvery != 3*time.Second {
+		t.Fatalf("drain_timeout %v, extend_every %v: want 2s and 3s", o.DrainTimeout, o.Egress[0].ExtendEvery)
+	}
 	bad := strings.Replace(string(data), "temp-{1}", "temp-{2}", 1)
 	ps := Check([]byte(bad))
 	if len(ps) != 1 || ps[0].Key != "bridge.nats" || !strings.Contains(ps[0].Msg, "{2} but the subject has 1 wildcard") {
