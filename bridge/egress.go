@@ -31,7 +31,7 @@ func (b *Bridge) runEgress(ctx context.Context, nc *nats.Conn, fc *client.Client
 	if err != nil {
 		return fmt.Errorf("bridge %s: jetstream: %w", b.opts.Name, err)
 	}
-	s := &egressSender{b: b, nc: nc, js: js, eg: eg}
+	es := &egressSender{b: b, nc: nc, js: js, eg: eg}
 	for started := false; ; started = true {
 		h := newEgressHold(eg.Prefetch)
 		var cons *client.Consumer
@@ -53,7 +53,7 @@ func (b *Bridge) runEgress(ctx context.Context, nc *nats.Conn, fc *client.Client
 		if !started {
 			b.markStarted()
 		}
-		s.run(ctx, cons, h)
+		es.run(ctx, cons, h)
 		if ctx.Err() != nil {
 			// What it holds unsettled the broker releases for redelivery.
 			if err := cons.Close(); err != nil {
@@ -169,12 +169,12 @@ type egressSender struct {
 
 // run sends the deliveries h takes, in order, until ctx ends or the
 // consumer does, keeping the leases of all h holds alive meanwhile.
-func (s *egressSender) run(ctx context.Context, cons *client.Consumer, h *egressHold) {
+func (es *egressSender) run(ctx context.Context, cons *client.Consumer, h *egressHold) {
 	keepCtx, stopKeep := context.WithCancel(ctx)
 	kept := make(chan struct{})
 	go func() {
 		defer close(kept)
-		s.b.keepLeases(keepCtx, s.eg, h)
+		es.b.keepLeases(keepCtx, es.eg, h)
 	}()
 	defer func() {
 		stopKeep()
@@ -187,7 +187,7 @@ func (s *egressSender) run(ctx context.Context, cons *client.Consumer, h *egress
 		case <-cons.Done():
 			return
 		case d := <-h.in:
-			s.send(ctx, h, d)
+			es.send(ctx, h, d)
 		}
 	}
 }
@@ -195,10 +195,10 @@ func (s *egressSender) run(ctx context.Context, cons *client.Consumer, h *egress
 // send publishes d until NATS accepts it (then acks it), NATS refuses it
 // (then releases it for redelivery, which counts toward the queue's
 // MaxDeliveries), the broker takes it back, or ctx ends.
-func (s *egressSender) send(ctx context.Context, h *egressHold, d *client.Delivery) {
-	b, eg := s.b, s.eg
+func (es *egressSender) send(ctx context.Context, h *egressHold, d *client.Delivery) {
+	b, eg := es.b, es.eg
 	for attempt := 0; ; attempt++ {
-		err := b.egressOne(ctx, s.nc, s.js, eg, d)
+		err := b.egressOne(ctx, es.nc, es.js, eg, d)
 		if err == nil {
 			h.release(d)
 			if err := d.Ack(); err != nil {
@@ -206,10 +206,10 @@ func (s *egressSender) send(ctx context.Context, h *egressHold, d *client.Delive
 				// and a stream's duplicate window drops the repeat.
 				b.log.Debug("egress ack not sent", "queue", eg.Queue, "err", err)
 			}
-			s.refusals = 0
-			if !s.down.IsZero() {
-				b.log.Info("nats accepts egress messages again", "queue", eg.Queue, "subject", eg.Subject, "held_for", time.Since(s.down).Round(time.Millisecond))
-				s.down = time.Time{}
+			es.refusals = 0
+			if !es.down.IsZero() {
+				b.log.Info("nats accepts egress messages again", "queue", eg.Queue, "subject", eg.Subject, "held_for", time.Since(es.down).Round(time.Millisecond))
+				es.down = time.Time{}
 			}
 			b.st.update(func(s *Stats) { s.Egressed++ })
 			return
@@ -220,14 +220,14 @@ func (s *egressSender) send(ctx context.Context, h *egressHold, d *client.Delive
 		b.st.update(func(s *Stats) { s.LastError = "egress: " + err.Error() })
 		if refused(err) {
 			h.release(d)
-			s.release(ctx, d, err)
+			es.release(ctx, d, err)
 			return
 		}
 		if !h.holds(d) {
 			return // its connection was lost: the broker delivers it again
 		}
-		if s.down.IsZero() {
-			s.down = time.Now()
+		if es.down.IsZero() {
+			es.down = time.Now()
 			b.log.Warn("nats does not accept egress messages, holding them until it does", "queue", eg.Queue, "subject", eg.Subject, "err", err)
 		}
 		b.log.Debug("egress delivery held, sending it again", "queue", eg.Queue, "attempt", attempt+1, "err", err)
@@ -240,14 +240,14 @@ func (s *egressSender) send(ctx context.Context, h *egressHold, d *client.Delive
 // release hands a message NATS refused back to the broker for
 // redelivery, after a backoff over consecutive refusals so that a message
 // refused every time does not run through its deliveries at once.
-func (s *egressSender) release(ctx context.Context, d *client.Delivery, cause error) {
-	b, eg := s.b, s.eg
+func (es *egressSender) release(ctx context.Context, d *client.Delivery, cause error) {
+	b, eg := es.b, es.eg
 	b.st.update(func(s *Stats) { s.EgressFailed++ })
-	if s.refusals == 0 {
+	if es.refusals == 0 {
 		b.log.Warn("nats refused egress message, released for redelivery", "queue", eg.Queue, "subject", eg.Subject, "deliveries", d.Deliveries, "err", cause)
 	}
-	delay := backoff(b.opts.RetryBackoff, b.opts.MaxRetryBackoff, s.refusals)
-	s.refusals++
+	delay := backoff(b.opts.RetryBackoff, b.opts.MaxRetryBackoff, es.refusals)
+	es.refusals++
 	err := d.NackDelay(delay)
 	if errors.Is(err, client.ErrInvalid) { // a broker without delayed requeues
 		sleep(ctx, delay)
