@@ -40,6 +40,12 @@ type ClusterOptions struct {
 	// Forward are the client options this node uses to reach other
 	// nodes' client listeners when it forwards a publish (token, TLS).
 	Forward client.Options
+	// ForwardNamed makes a forwarding connection also check that the
+	// owner's client listener presents a certificate naming the owner (its
+	// common name is the node ID), as the cluster port's do: for a
+	// Forward.TLS that verifies against the cluster CA, where any node's
+	// certificate would otherwise do. Default false.
+	ForwardNamed bool
 	// FailoverTimeout is how long a queue's owner may stay unreachable
 	// from the leader before the queue fails over; default
 	// DefaultFailoverTimeout.
@@ -105,7 +111,8 @@ type Cluster struct {
 
 	forwardOpts client.Options
 	fwdMu       sync.Mutex                 // guards forward and forwarders
-	forward     map[string]*client.Client  // by owner's client address
+	forward     map[string]*client.Client  // by owner's node ID and client address (forwardKey)
+	fwdNamed    bool                       // ClusterOptions.ForwardNamed
 	forwarders  map[string]*queueForwarder // by queue
 
 	proxyMu sync.Mutex                  // guards proxies
@@ -139,7 +146,7 @@ func OpenCluster(o ClusterOptions) (*Cluster, error) {
 	}
 	c := &Cluster{log: logger.With("node", o.Node.ID), owned: map[string]*ownedPartition{},
 		declared: map[string]uint64{}, openLogs: map[replication.CopyID]bool{}, nodeSet: make(chan struct{}), bound: make(chan struct{}), stop: make(chan struct{}),
-		forwardOpts: o.Forward, forward: map[string]*client.Client{}, forwarders: map[string]*queueForwarder{}, proxies: map[*proxyConsumer]struct{}{}, local: map[string]LocalQueue{}, modeRuns: map[string]bool{}, modeKick: make(chan struct{}, 1), collectKick: make(chan struct{}, 1), replicaDir: o.ReplicaDir, replicaFS: o.ReplicaFS,
+		forwardOpts: o.Forward, fwdNamed: o.ForwardNamed, forward: map[string]*client.Client{}, forwarders: map[string]*queueForwarder{}, proxies: map[*proxyConsumer]struct{}{}, local: map[string]LocalQueue{}, modeRuns: map[string]bool{}, modeKick: make(chan struct{}, 1), collectKick: make(chan struct{}, 1), replicaDir: o.ReplicaDir, replicaFS: o.ReplicaFS,
 		fo: newFailover(), failoverTimeout: o.FailoverTimeout, followerHold: o.FollowerHold}
 	if c.failoverTimeout <= 0 {
 		c.failoverTimeout = DefaultFailoverTimeout

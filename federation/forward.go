@@ -3,6 +3,7 @@ package federation
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -538,7 +539,7 @@ func (c *Cluster) ownerClient(ctx context.Context, queue string) (id string, cl 
 		if !ok {
 			return "", nil, fmt.Errorf("%w: queue %s has no serving node", appliance.ErrNotFound, queue)
 		}
-		cl, err := c.forwardClient(ctx, addr)
+		cl, err := c.forwardClient(ctx, id, addr)
 		if err == nil {
 			return id, cl, nil
 		}
@@ -557,12 +558,13 @@ func (c *Cluster) ownerClient(ctx context.Context, queue string) (id string, cl 
 	}
 }
 
-// forwardClient returns the connection to the client listener at addr,
-// dialling it the first time.
-func (c *Cluster) forwardClient(ctx context.Context, addr string) (*client.Client, error) {
+// forwardClient returns the connection to node id's client listener at
+// addr, dialling it the first time.
+func (c *Cluster) forwardClient(ctx context.Context, id, addr string) (*client.Client, error) {
+	key := id + "@" + addr
 	c.fwdMu.Lock()
 	defer c.fwdMu.Unlock()
-	if cl, ok := c.forward[addr]; ok {
+	if cl, ok := c.forward[key]; ok {
 		return cl, nil
 	}
 	select {
@@ -570,12 +572,40 @@ func (c *Cluster) forwardClient(ctx context.Context, addr string) (*client.Clien
 		return nil, ErrClosed
 	default:
 	}
-	cl, err := client.Dial(ctx, addr, c.forwardOpts)
+	opts := c.forwardOpts
+	if c.fwdNamed && opts.TLS != nil {
+		opts.TLS = namingNode(opts.TLS, id, addr)
+	}
+	cl, err := client.Dial(ctx, addr, opts)
 	if err != nil {
 		return nil, err
 	}
-	c.forward[addr] = cl
+	c.forward[key] = cl
 	return cl, nil
+}
+
+// namingNode is cfg that also refuses a peer whose certificate does not
+// name node id (its common name): the token a forwarded publish carries
+// goes to that node only.
+func namingNode(cfg *tls.Config, id, addr string) *tls.Config {
+	cfg = cfg.Clone()
+	verify := cfg.VerifyConnection
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		if verify != nil {
+			if err := verify(cs); err != nil {
+				return err
+			}
+		}
+		if len(cs.PeerCertificates) == 0 || cs.PeerCertificates[0].Subject.CommonName != id {
+			got := ""
+			if len(cs.PeerCertificates) > 0 {
+				got = cs.PeerCertificates[0].Subject.CommonName
+			}
+			return fmt.Errorf("%w: the client listener at %s presents a certificate for node %q, not %q", ErrWrongPeer, addr, got, id)
+		}
+		return nil
+	}
+	return cfg
 }
 
 // brokerError maps a client error from the owner to the broker sentinel
@@ -598,8 +628,8 @@ func brokerError(err error) error {
 func (c *Cluster) closeForwarding() {
 	c.fwdMu.Lock()
 	defer c.fwdMu.Unlock()
-	for addr, cl := range c.forward {
+	for key, cl := range c.forward {
 		cl.Close()
-		delete(c.forward, addr)
+		delete(c.forward, key)
 	}
 }

@@ -3,6 +3,7 @@ package federation
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/fibril-edge/fibril/appliance"
 	"github.com/fibril-edge/fibril/appliance/client"
+	"github.com/fibril-edge/fibril/appliance/server"
 	"github.com/fibril-edge/fibril/internal/await"
 )
 
@@ -184,5 +186,46 @@ func TestLocalOnlyOnTheOwner(t *testing.T) {
 	}
 	if owner.cluster.Local("nowhere") {
 		t.Fatal("a queue no node has is local")
+	}
+}
+
+// Over the cluster's TLS, a forwarding connection reaches only the node it
+// means: a client listener presenting another node's certificate, signed
+// by the same cluster CA, is refused in the handshake, before the token a
+// forwarded publish carries goes out.
+func TestForwardReachesOnlyTheNodeItNames(t *testing.T) {
+	nodeTLS, _ := clusterCerts(t)
+	n2srv, _ := nodeTLS("n2")
+	_, n1cli := nodeTLS("n1")
+	b, err := appliance.Open(appliance.Options{DataDir: t.TempDir(), MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	srv, err := server.New(b, server.Options{Tokens: []string{"s3cret"},
+		TLS: &tls.Config{Certificates: n2srv.Certificates, MinVersion: tls.VersionTLS12}}) // as listenerTLS serves a node's certificate
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := listenLoopback(t)
+	go srv.Serve(ln)
+	defer srv.Shutdown(context.Background())
+	fwd := n1cli.Clone() // as the daemon's forwardOptions builds it
+	fwd.Certificates = nil
+	c := &Cluster{forwardOpts: client.Options{Token: "s3cret", TLS: fwd}, fwdNamed: true,
+		forward: map[string]*client.Client{}, stop: make(chan struct{})}
+	defer c.closeForwarding()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	addr := ln.Addr().String()
+	if _, err := c.forwardClient(ctx, "n3", addr); !errors.Is(err, ErrWrongPeer) {
+		t.Fatalf("forwarding to n3 at a listener with n2's certificate: %v, want ErrWrongPeer", err)
+	}
+	cl, err := c.forwardClient(ctx, "n2", addr)
+	if err != nil {
+		t.Fatalf("forwarding to n2 at its own listener: %v", err)
+	}
+	if _, err := cl.DeclareQueue(ctx, client.Queue("q")); err != nil {
+		t.Fatalf("declare through the forwarding connection: %v", err)
 	}
 }

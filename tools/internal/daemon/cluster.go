@@ -210,6 +210,7 @@ func openCluster(cfg Config, clientAddr string, group *wal.SyncGroup, log *slog.
 		ReplicaSegmentSize: int64(cfg.Storage.SegmentSize),
 		ReplicaSyncGroup:   group,
 		Forward:            forwardOptions(cfg, cliTLS),
+		ForwardNamed:       cfg.Server.TLSCert != "" && cliTLS != nil, // the client listeners' certificates are the cluster CA's
 		FailoverTimeout:    time.Duration(cl.FailoverTimeout),
 		FollowerHold:       time.Duration(cl.FollowerHold),
 	})

@@ -47,14 +47,14 @@ type ServerConfig struct {
 	Listen string   `toml:"listen" help:"client protocol address (host:port; port 0 picks a free one)"`
 	Tokens []string `toml:"tokens" help:"accepted Hello tokens, comma-separated; empty: no authentication"`
 	// TokensFile adds the tokens of a file, one a line (see ResolveTokens).
-	TokensFile string   `toml:"tokens_file" help:"file of more tokens, one a line (blank lines and # comments skipped); must not be readable by every user"`
+	TokensFile string `toml:"tokens_file" help:"file of more tokens, one a line (blank lines and # comments skipped); must not be readable by every user"`
 	// Insecure lets the client port listen off loopback without tokens;
 	// the daemon warns about it at every start.
-	Insecure Bool `toml:"insecure" help:"serve the client port off loopback without tokens (true or false; anyone who reaches it can publish, read, ack and delete)"`
-	TLSCert    string   `toml:"tls_cert" help:"TLS certificate (PEM file); with tls_key, serve TLS"`
-	TLSKey     string   `toml:"tls_key" help:"TLS private key (PEM file)"`
-	MaxFrame   Size     `toml:"max_frame" help:"largest protocol frame, read and sent (4KiB to 1GiB)"`
-	Heartbeat  Duration `toml:"heartbeat" help:"heartbeat interval; a client silent for three is closed; 0s: off"`
+	Insecure  Bool     `toml:"insecure" help:"serve the client port off loopback without tokens (true or false; anyone who reaches it can publish, read, ack and delete)"`
+	TLSCert   string   `toml:"tls_cert" help:"TLS certificate (PEM file); with tls_key, serve TLS"`
+	TLSKey    string   `toml:"tls_key" help:"TLS private key (PEM file)"`
+	MaxFrame  Size     `toml:"max_frame" help:"largest protocol frame, read and sent (4KiB to 1GiB)"`
+	Heartbeat Duration `toml:"heartbeat" help:"heartbeat interval; a client silent for three is closed; 0s: off"`
 	// MaxConnections bounds the client sessions (server.Options.MaxConnections).
 	MaxConnections int `toml:"max_connections" help:"most client connections served at once; one more is refused (1 to 1000000)"`
 	// MaxPreHello, MaxPreHelloPerSource and PressureHelloTimeout bound the
