@@ -195,6 +195,13 @@ func (cn *conn) sendLater(f wire.Frame, corr *uint64) {
 	cn.signal()
 }
 
+// ended reports whether the connection takes no more settles.
+func (cn *conn) ended() bool {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	return cn.dead.Load() || cn.goodbyeSent
+}
+
 // settle queues a tag for the next Ack or Nack frame of subID.
 func (cn *conn) settle(subID uint32, kind settleKind, delayMillis uint32, tag uint64) error {
 	cn.mu.Lock()

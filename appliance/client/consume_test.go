@@ -303,11 +303,20 @@ func TestConsumerClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	d1, d2 := receive(t, cons), receive(t, cons)
+	if d1.Stale() || d2.Stale() {
+		t.Fatal("a delivery of an open consumer is stale")
+	}
 	if err := d1.Ack(); err != nil {
 		t.Fatal(err)
 	}
+	if !d1.Stale() {
+		t.Error("an acked delivery is not stale")
+	}
 	if err := cons.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if !d2.Stale() {
+		t.Error("a delivery of a closed consumer is not stale")
 	}
 	if _, ok := <-cons.Messages(); ok {
 		t.Error("Messages still open after Close")

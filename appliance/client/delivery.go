@@ -126,6 +126,18 @@ func (d *Delivery) InProgress() error {
 	return d.send(settleExtend, 0)
 }
 
+// Stale reports, without sending anything, whether the delivery can no
+// longer be settled: settled already, its consumer closed, or its
+// subscription or connection ended (the broker then delivers the message
+// again). A holder that acts on a message only while it is still the
+// holder's checks it first.
+func (d *Delivery) Stale() bool {
+	if d.consumer == nil {
+		return false
+	}
+	return d.settled.Load() || d.consumer.isClosed() || d.consumer.endedSince(d.gen) || (d.conn != nil && d.conn.ended())
+}
+
 // needVersion5 refuses what a broker older than protocol version 5 cannot
 // do, before anything is marked or sent.
 func (d *Delivery) needVersion5(what string) error {
