@@ -78,29 +78,41 @@ func (b *Bridge) runEgress(ctx context.Context, nc *nats.Conn, fc *client.Client
 // taken from Fibril and not settled yet, queued in the order taken, whose
 // leases it keeps alive.
 type egressHold struct {
-	in chan *client.Delivery // from the consumer's handler to the sender
+	wake chan struct{} // cap 1: queue has deliveries
 
-	mu   sync.Mutex
-	held map[*client.Delivery]struct{}
+	mu    sync.Mutex
+	queue []*client.Delivery
+	held  map[*client.Delivery]struct{}
 }
 
 func newEgressHold(prefetch int) *egressHold {
-	// The broker sends at most prefetch unsettled deliveries, so take
-	// never waits for the sender.
-	return &egressHold{in: make(chan *client.Delivery, prefetch), held: make(map[*client.Delivery]struct{})}
+	return &egressHold{wake: make(chan struct{}, 1), held: make(map[*client.Delivery]struct{})}
 }
 
-// take is the consumer's handler (ManualAck: returning settles nothing):
-// it hands the delivery on to the sender, held.
+// take never blocks: every delivery the client hands over is held (and its
+// lease kept) at once, however many a reconnect brings.
 func (h *egressHold) take(ctx context.Context, d *client.Delivery) error {
 	h.mu.Lock()
 	h.held[d] = struct{}{}
+	h.queue = append(h.queue, d)
 	h.mu.Unlock()
 	select {
-	case h.in <- d:
-	case <-ctx.Done(): // the consumer is closing and releases what it holds
+	case h.wake <- struct{}{}:
+	default:
 	}
 	return nil
+}
+
+func (h *egressHold) next() (*client.Delivery, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.queue) == 0 {
+		return nil, false
+	}
+	d := h.queue[0]
+	h.queue[0] = nil
+	h.queue = h.queue[1:]
+	return d, true
 }
 
 // release forgets d: settled, or taken back by the broker.
@@ -186,8 +198,14 @@ func (es *egressSender) run(ctx context.Context, cons *client.Consumer, h *egres
 			return
 		case <-cons.Done():
 			return
-		case d := <-h.in:
-			es.send(ctx, h, d)
+		case <-h.wake:
+			for {
+				d, ok := h.next()
+				if !ok || ctx.Err() != nil {
+					break
+				}
+				es.send(ctx, h, d)
+			}
 		}
 	}
 }
@@ -198,20 +216,31 @@ func (es *egressSender) run(ctx context.Context, cons *client.Consumer, h *egres
 func (es *egressSender) send(ctx context.Context, h *egressHold, d *client.Delivery) {
 	b, eg := es.b, es.eg
 	for attempt := 0; ; attempt++ {
+		// A delivery whose connection or subscription is gone is the
+		// broker's again (it delivers it anew): sending it would only
+		// duplicate it, and out of order.
+		if d.Stale() {
+			h.release(d)
+			return
+		}
 		err := b.egressOne(ctx, es.nc, es.js, eg, d)
 		if err == nil {
 			h.release(d)
+			acked := true
 			if err := d.Ack(); err != nil {
 				// Its connection was lost: the broker delivers it again,
 				// and a stream's duplicate window drops the repeat.
 				b.log.Debug("egress ack not sent", "queue", eg.Queue, "err", err)
+				acked = false
 			}
 			es.refusals = 0
 			if !es.down.IsZero() {
 				b.log.Info("nats accepts egress messages again", "queue", eg.Queue, "subject", eg.Subject, "held_for", time.Since(es.down).Round(time.Millisecond))
 				es.down = time.Time{}
 			}
-			b.st.update(func(s *Stats) { s.Egressed++ })
+			if acked {
+				b.st.update(func(s *Stats) { s.Egressed++ })
+			}
 			return
 		}
 		if ctx.Err() != nil {
@@ -259,17 +288,34 @@ func (es *egressSender) release(ctx context.Context, d *client.Delivery, cause e
 }
 
 // refused reports whether NATS refused the message itself, so that sending
-// it again as it is cannot succeed: too large for the server, rejected by
-// the stream (a 400 answer: its size, its headers, an expectation its
-// headers state), or no stream for the subject. Anything else (not
-// connected, no answer in time, JetStream unavailable, a full stream) is
-// the state of NATS, not the message's fault.
+// it again as it is cannot succeed: too large for the server, or rejected
+// by the stream for what the message is or says (its size, its headers,
+// an expectation its headers state, a TTL it asks for). The stream's
+// answer is told by its error code, not its status: a full account, a
+// sealed stream or missing limits also answer 400, and those are the
+// state of NATS. Anything else (not connected, no answer in time,
+// JetStream unavailable, a full stream, no stream for the subject yet) is
+// held until NATS takes the message.
 func refused(err error) bool {
-	if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, errNoStream) {
+	if errors.Is(err, nats.ErrMaxPayload) {
 		return true
 	}
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.Code == 400
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case jetstream.JSErrCodeStreamMessageExceedsMaximum,
+		10097, // JSStreamHeaderExceedsMaximumErr: headers over 64 KiB
+		10060, // JSStreamNotMatchErr: Nats-Expected-Stream names another
+		10070, // JSStreamWrongLastMsgIDErr: Nats-Expected-Last-Msg-Id
+		jetstream.JSErrCodeStreamWrongLastSequence,
+		jetstream.JSErrCodeStreamWrongLastSequenceConstant,
+		10165, // JSMessageTTLInvalidErr: Nats-TTL
+		10193: // JSStreamExpectedLastSeqPerSubjectInvalid
+		return true
+	}
+	return false
 }
 
 // egressOne publishes one delivery and returns once NATS accepted it: the

@@ -227,12 +227,14 @@ func TestEgressHoldsDeliveriesWhileNATSIsDown(t *testing.T) {
 // A message NATS refuses is the message's own fault, not an outage: it is
 // released for redelivery and so runs through its MaxDeliveries to the
 // dead-letter queue, while the messages behind it go out. Here one is
-// larger than the server's max payload (core egress), and one goes to a
-// subject no stream takes (JetStream egress).
+// larger than the server's max payload (core egress), and one states an
+// expectation the stream does not meet (JetStream egress,
+// Nats-Expected-Last-Sequence). A subject no stream takes yet is not the
+// message's fault: its message is held until a stream takes it.
 func TestEgressReleasesMessagesNATSRefuses(t *testing.T) {
 	const maxDeliveries = 2
 	ns := startNATSWith(t, &natsserver.Options{Port: -1, StoreDir: t.TempDir(), MaxPayload: 1024})
-	nc, _ := connectNATS(t, ns)
+	nc, js := connectNATS(t, ns)
 	got := make(chan *nats.Msg, 10)
 	sub, err := nc.ChanSubscribe("big.out", got)
 	if err != nil {
@@ -242,21 +244,31 @@ func TestEgressReleasesMessagesNATSRefuses(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	ctx := testCtx(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EXPECT", Subjects: []string{"expect.>"}}); err != nil {
+		t.Fatal(err)
+	}
 	addr := startBroker(t)
 	fc := fibril(t, addr)
-	for _, q := range []string{"big", "nostream"} {
+	for _, q := range []string{"big", "expect", "nostream"} {
 		declare(t, fc, client.Queue(q+"-dlq").Buffered())
 		declare(t, fc, client.Queue(q).Buffered().MaxDeliveries(maxDeliveries).DeadLetter(q+"-dlq"))
 	}
 	br := runBridge(t, Options{URLs: []string{ns.ClientURL()}, FibrilAddr: addr, Egress: []Egress{
 		{Queue: "big", Subject: "big.out"},
+		{Queue: "expect", Subject: "expect.out", JetStream: true},
 		{Queue: "nostream", Subject: "nostream.out", JetStream: true},
 	}})
-	ctx := testCtx(t)
-	for _, m := range []struct{ queue, body string }{
-		{"big", strings.Repeat("x", 4096)}, {"big", "small"}, {"nostream", "lost"},
+	for _, p := range []struct {
+		queue string
+		m     client.Message
+	}{
+		{"big", client.Message{Body: []byte(strings.Repeat("x", 4096))}}, {"big", client.Message{Body: []byte("small")}},
+		{"expect", client.Message{Body: []byte("never"), Headers: []client.Header{{Key: "Nats-Expected-Last-Sequence", Value: "999"}}}},
+		{"expect", client.Message{Body: []byte("kept")}},
+		{"nostream", client.Message{Body: []byte("held")}},
 	} {
-		if _, err := fc.Publish(ctx, m.queue, client.Message{Body: []byte(m.body)}); err != nil {
+		if _, err := fc.Publish(ctx, p.queue, p.m); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -275,12 +287,24 @@ func TestEgressReleasesMessagesNATSRefuses(t *testing.T) {
 		}
 		return info.Messages()
 	}
-	waitFor(t, "both refused messages dead-lettered", func() bool { return queued("big-dlq") == 1 && queued("nostream-dlq") == 1 })
+	waitFor(t, "both refused messages dead-lettered", func() bool { return queued("big-dlq") == 1 && queued("expect-dlq") == 1 })
+	waitFor(t, "the message behind the refused expectation in its stream", func() bool { return streamMsgs(t, ns.ClientURL(), "EXPECT") == 1 })
+	// The subject no stream took: held, not released, until one does.
+	if n := queued("nostream"); n != 1 || queued("nostream-dlq") != 0 {
+		t.Fatalf("with no stream for its subject: %d queued, %d dead-lettered; want it held", n, queued("nostream-dlq"))
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LATE", Subjects: []string{"nostream.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the held message in the stream made for it", func() bool { return streamMsgs(t, ns.ClientURL(), "LATE") == 1 })
 	br.stop()
-	if s := br.Stats(); s.Egressed != 1 || s.EgressFailed != 2*maxDeliveries {
-		t.Fatalf("egressed %d, released %d: want 1 and %d (each refused message once per delivery)", s.Egressed, s.EgressFailed, 2*maxDeliveries)
+	if s := br.Stats(); s.Egressed != 3 || s.EgressFailed != 2*maxDeliveries {
+		t.Fatalf("egressed %d, released %d: want 3 and %d (each refused message once per delivery)", s.Egressed, s.EgressFailed, 2*maxDeliveries)
 	}
 	// The acks and the dead-lettering settle in the broker after their
 	// answers: wait for the queues to show them.
-	waitFor(t, "the source queues empty", func() bool { return queued("big")+queued("nostream") == 0 })
+	waitFor(t, "the source queues empty", func() bool { return queued("big")+queued("expect")+queued("nostream") == 0 })
+	if n := queued("nostream-dlq"); n != 0 {
+		t.Fatalf("%d held messages dead-lettered", n)
+	}
 }

@@ -21,6 +21,7 @@ const (
 	DefaultDrainTimeout     = 5 * time.Second
 	DefaultPrefetch         = 64
 	DefaultExtendEvery      = 10 * time.Second // a third of a queue's default ack deadline
+	MinExtendEvery          = 10 * time.Millisecond
 )
 
 // ErrInvalid: a bad option. Validate wraps it with the reason.
@@ -220,6 +221,14 @@ func (o Options) compile() (Options, error) {
 	}
 	o.Ingest = append([]Ingest(nil), o.Ingest...)
 	o.Egress = append([]Egress(nil), o.Egress...)
+	if o.DrainTimeout < 0 {
+		return bad("bridge %s: drain timeout %v is negative (0: the default, %v)", o.Name, o.DrainTimeout, DefaultDrainTimeout)
+	}
+	for i, eg := range o.Egress {
+		if eg.ExtendEvery < 0 {
+			return bad("bridge %s: egress %d (%s): extend_every %v is negative (0: the default, %v)", o.Name, i+1, eg.Queue, eg.ExtendEvery, DefaultExtendEvery)
+		}
+	}
 	o.withDefaults()
 	if len(o.URLs) == 0 {
 		return bad("bridge %s: no NATS URL", o.Name)
@@ -293,6 +302,9 @@ func (o Options) compile() (Options, error) {
 		}
 		if err := validSubject(eg.Subject, false); err != nil {
 			return bad("%s: %v", where, err)
+		}
+		if eg.ExtendEvery != 0 && (eg.ExtendEvery < MinExtendEvery || eg.ExtendEvery > time.Hour) {
+			return bad("%s: extend_every %v is out of range (%v to 1h; keep it well below the queue's ack deadline)", where, eg.ExtendEvery, MinExtendEvery)
 		}
 	}
 	return o, nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestValidate(t *testing.T) {
@@ -49,6 +50,9 @@ func TestValidate(t *testing.T) {
 		}, "has 0 wildcard"},
 		{"egress wildcard", func(o *Options) { o.Egress = []Egress{{Queue: "q", Subject: "out.*"}} }, "wildcards are not allowed"},
 		{"egress no queue", func(o *Options) { o.Egress = []Egress{{Subject: "out"}} }, "no queue"},
+		{"egress extends too often", func(o *Options) { o.Egress = []Egress{{Queue: "q", Subject: "out", ExtendEvery: time.Millisecond}} }, "extend_every 1ms is out of range"},
+		{"egress extends never", func(o *Options) { o.Egress = []Egress{{Queue: "q", Subject: "out", ExtendEvery: -time.Second}} }, "extend_every -1s is negative"},
+		{"negative drain", func(o *Options) { o.DrainTimeout = -time.Second }, "drain timeout -1s is negative"},
 		{"cert without key", func(o *Options) { o.TLSCertFile = "c.pem" }, "certificate and key"},
 		{"creds and seed", func(o *Options) { o.CredsFile, o.NKeySeedFile = "a", "b" }, "exclude each other"},
 	}
