@@ -94,9 +94,10 @@ type Cluster struct {
 	unserved    []string
 	collectKick chan struct{}
 	// openLogs are the copies whose logs the broker holds open as their
-	// owner (Attach to Detach), served or not yet (guarded by
-	// declaredMu): a log the broker opened at start is in use before it
-	// is served.
+	// owner, served or not yet (guarded by declaredMu): a log the broker
+	// opened at start is in use before it is served. Attach adds one; it
+	// goes once the broker's delete or close of the queue has returned
+	// (undeclareLocked), so not while the log is still closing.
 	openLogs map[replication.CopyID]bool
 	// servedAt is the newest state (its Applied index) serve or unserve
 	// acted on: an older one, read before another caller acted, is
@@ -237,7 +238,7 @@ func (c *Cluster) syncQueues() {
 				c.log.Error("cannot delete a queue the cluster no longer has", "queue", name, "err", err)
 			}
 		}
-		c.closeOpenedGone()
+		c.closeStaleOpened()
 		// Dead-letter queues first: a queue may reject a message at once.
 		isDeadLetter := st.DeadLetterQueues()
 		for _, deadLetters := range []bool{true, false} {
@@ -290,10 +291,14 @@ func (c *Cluster) serveLocked(st *control.State, name string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if opened, ok := c.openedIncarnation(name); ok && !served && opened != q.Incarnation {
-		// The broker opened at start the log of an earlier declaration
+		// The broker opened at start the log of another declaration
 		// under this name (deleted and declared again while this node
-		// was down): none of it is the new queue's.
-		c.log.Warn("the broker opened an earlier declaration of the queue; closing it", "queue", name,
+		// was down): none of it is this queue's. A state still replaying
+		// may name an older one than the broker's: nothing is done on it.
+		if !c.replayed() {
+			return nil
+		}
+		c.log.Warn("the broker opened another declaration of the queue; closing it", "queue", name,
 			"opened", opened, "incarnation", q.Incarnation)
 		if err := c.deleteLocalLocked(ctx, b, name); err != nil {
 			return err
@@ -323,16 +328,19 @@ func (c *Cluster) serveLocked(st *control.State, name string) error {
 	return nil
 }
 
-// closeOpenedGone closes the queues the broker opened at start that the
-// replayed state no longer has: deleted while this node was down. They
-// were never served (declared misses them), so unserve does not find
-// them. The replayed state is at least as new as the one the broker
-// declared them under, and serveMu keeps a declare from coming between
-// the look and the close.
-func (c *Cluster) closeOpenedGone() {
-	select {
-	case <-c.node.Replayed():
-	default:
+// closeStaleOpened closes the queues the broker opened at start that are
+// not this node's to serve: a declaration the state no longer has
+// (deleted while this node was down, or deleted and declared again, placed
+// here or elsewhere), or one another node owns now. They were never
+// served (declared misses them), so unserve does not find them, serve
+// only replaces one this node owns, and recoverQueues only looks at
+// queues this node holds a copy of. Their logs stay for collectCopies. It acts once the state has
+// replayed (a blank node's, once it has caught up to where its leader
+// was), which is at least as new as the one the broker declared them
+// under; serveMu keeps a declare from coming between the look and the
+// close.
+func (c *Cluster) closeStaleOpened() {
+	if !c.replayed() || !c.node.liveKnown() {
 		return
 	}
 	b := c.boundBroker()
@@ -340,32 +348,50 @@ func (c *Cluster) closeOpenedGone() {
 		return
 	}
 	c.mu.Lock()
-	var opened []string
+	opened := map[string]uint64{}
 	for _, op := range c.owned {
 		if op.partition == 0 {
-			opened = append(opened, op.queue)
+			opened[op.queue] = op.incarnation
 		}
 	}
 	c.mu.Unlock()
 	c.serveMu.Lock()
 	defer c.serveMu.Unlock()
-	for _, name := range opened {
-		var known bool
-		c.node.read(func(s *control.State) { _, known = s.Queues[name] })
-		if _, err := b.QueueInfo(name); known || err != nil {
+	st := c.node.shared()
+	if st.Applied < c.node.liveFrom.Load() {
+		return
+	}
+	for name, inc := range opened {
+		c.declaredMu.Lock()
+		served, ok := c.declared[name]
+		c.declaredMu.Unlock()
+		if ok && served == inc {
 			continue
+		}
+		if q, known := st.Queues[name]; known && q.Incarnation == inc && st.OwnedBy(name, c.node.opts.ID) {
+			continue // this node's to serve, or to recover first (recoverQueues)
 		}
 		c.fenceQueue(name)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		err := b.DeleteQueue(ctx, name)
 		cancel()
 		if err != nil && !errors.Is(err, appliance.ErrNotFound) {
-			c.log.Error("cannot close a queue the cluster no longer has", "queue", name, "err", err)
+			c.log.Error("cannot close the queue of an earlier declaration", "queue", name, "incarnation", inc, "err", err)
 			continue
 		}
 		c.undeclareLocked(name)
 		c.fo.setServing(name, false)
-		c.log.Warn("stopped serving queue: the cluster deleted it while this node was down", "queue", name)
+		c.log.Warn("closed a queue opened at start that is not this node's to serve", "queue", name, "incarnation", inc)
+	}
+}
+
+// replayed reports whether the node's state has replayed its raft log.
+func (c *Cluster) replayed() bool {
+	select {
+	case <-c.node.Replayed():
+		return true
+	default:
+		return false
 	}
 }
 
@@ -425,6 +451,11 @@ func (c *Cluster) setDeclaredLocked(name string, inc uint64) {
 func (c *Cluster) undeclareLocked(name string) {
 	c.declaredMu.Lock()
 	delete(c.declared, name)
+	for id := range c.openLogs {
+		if id.Queue == name {
+			delete(c.openLogs, id) // the broker closed it
+		}
+	}
 	c.unserved = append(c.unserved, name)
 	c.declaredMu.Unlock()
 	select {
@@ -484,10 +515,13 @@ func (c *Cluster) DeleteQueue(ctx context.Context, name string) error {
 	var inc uint64
 	c.node.read(func(s *control.State) { inc = s.Queues[name].Incarnation })
 	if err := c.node.DeleteQueue(ctx, name, inc); err != nil {
-		if b := c.boundBroker(); errors.Is(err, control.ErrUnknownQueue) && b != nil {
-			if _, lerr := b.QueueInfo(name); lerr == nil {
-				return b.DeleteQueue(ctx, name)
-			}
+		switch {
+		case errors.Is(err, control.ErrDeclaredAgain):
+			// Sent again, and the first attempt had deleted the
+			// declaration meant; the one declared since stays.
+			return nil
+		case errors.Is(err, control.ErrUnknownQueue):
+			return c.deleteUnknown(ctx, name, err)
 		}
 		return err
 	}
@@ -499,6 +533,37 @@ func (c *Cluster) DeleteQueue(ctx context.Context, name string) error {
 		return err
 	}
 	return c.unserve(c.node.shared(), name)
+}
+
+// deleteUnknown deletes from the broker a queue the cluster does not know
+// (DeleteQueue), or answers unknown (err). It looks again under serveMu:
+// a queue declared meanwhile, or one this node serves, is the cluster's
+// and stays.
+func (c *Cluster) deleteUnknown(ctx context.Context, name string, unknown error) error {
+	b := c.boundBroker()
+	if b == nil {
+		return unknown
+	}
+	c.serveMu.Lock()
+	defer c.serveMu.Unlock()
+	var known bool
+	c.node.read(func(s *control.State) { _, known = s.Queues[name] })
+	c.declaredMu.Lock()
+	_, served := c.declared[name]
+	c.declaredMu.Unlock()
+	if known || served {
+		return unknown
+	}
+	if _, err := b.QueueInfo(name); err != nil {
+		return unknown
+	}
+	c.fenceQueue(name)
+	if err := b.DeleteQueue(ctx, name); err != nil {
+		return err
+	}
+	c.undeclareLocked(name)
+	c.fo.setServing(name, false)
+	return nil
 }
 
 // DeclarePolicy declares a queue cluster-wide under policy ("" = the
@@ -560,6 +625,11 @@ func (c *Cluster) Attach(queue string, partition int, cfg appliance.QueueConfig,
 	op := &ownedPartition{c: c, queue: queue, partition: partition, key: ownedKey(queue, partition), incarnation: id.Incarnation,
 		durability: cfg.Durability, log: log, ready: make(chan struct{}), done: make(chan struct{}), fencedCh: make(chan struct{})}
 	c.declaredMu.Lock()
+	for open := range c.openLogs {
+		if open.Queue == id.Queue && open.Partition == id.Partition {
+			delete(c.openLogs, open) // closed: this one replaces it
+		}
+	}
 	c.openLogs[id] = true
 	c.declaredMu.Unlock()
 	op.history, op.dir = c.beginInstance(id, log)

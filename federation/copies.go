@@ -108,8 +108,16 @@ func (c *Cluster) keeps(id replication.CopyID) bool {
 	default:
 		return true
 	}
+	if !c.node.liveKnown() {
+		return true // a blank node: its state is nothing yet
+	}
 	var keep bool
-	c.node.read(func(s *control.State) { keep = s.Holds(c.node.opts.ID, id.Queue, id.Incarnation, id.Partition) })
+	c.node.read(func(s *control.State) {
+		// A blank node has caught up to where its leader was once its
+		// state reaches liveFrom; until then a copy it holds may be
+		// assigned to it by commands it has not applied yet.
+		keep = s.Applied < c.node.liveFrom.Load() || s.Holds(c.node.opts.ID, id.Queue, id.Incarnation, id.Partition)
+	})
 	return keep
 }
 

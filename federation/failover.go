@@ -262,6 +262,14 @@ func (c *Cluster) recoverQueues() {
 				continue
 			}
 			a := as[0]
+			var current uint64
+			c.node.read(func(s *control.State) { current = s.Queues[name].Incarnation })
+			if current != a.Incarnation {
+				// Deleted, or declared again, since this pass read its
+				// state: what it would do is for a declaration gone, and
+				// the failover bookkeeping (by name) is the newer one's.
+				continue
+			}
 			c.fo.mu.Lock()
 			c.fo.forgetLocked(name, a.Incarnation)
 			c.fo.mu.Unlock()

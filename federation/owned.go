@@ -383,9 +383,6 @@ func (op *ownedPartition) Status() string {
 
 func (op *ownedPartition) Detach() {
 	op.close()
-	op.c.declaredMu.Lock()
-	delete(op.c.openLogs, op.copyID(op.incarnation))
-	op.c.declaredMu.Unlock()
 	op.c.mu.Lock()
 	if op.c.owned[op.key] == op {
 		delete(op.c.owned, op.key)

@@ -1,9 +1,11 @@
 package federation
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -179,4 +181,189 @@ func onlyPrefix(bodies []string, prefix string) bool {
 		}
 	}
 	return true
+}
+
+// TestRedeclaredWhileItsOwnerWasDown, made sure: the old owner restarts
+// while the rest of the cluster is down, so its broker opens the old
+// declaration's log (and its state replays only its own raft log, the old
+// declaration) before the new declaration reaches it. No copy of the new
+// queue holds an old record, and none is delivered.
+func TestRedeclaredOwnerBackAloneOpensTheOldLog(t *testing.T) {
+	nodes := startNodes(t, 3, nodeOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	leadBy(t, nodes, "n3")
+	cfg := appliance.QueueConfig{Name: "q", Durability: appliance.Durable}
+	owner := nodes.declare(t, "n3", cfg, "")
+	if owner.id != "n1" {
+		t.Fatalf("q owned by %s, want n1", owner.id)
+	}
+	publishN(t, owner.broker, "q", "old", 20)
+	consumeBodies(t, ctx, owner.broker, "q", 5)
+	nodes.copiesMatch(t, "q", (*wal.Log).WrittenNext)
+	owner.close()
+	if err := nodes["n3"].cluster.DeleteQueue(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := nodes["n3"].cluster.DeclarePolicy(ctx, cfg, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"n2", "n3"} {
+		await.Until(t, ctx, id+" to apply the new q", func() bool {
+			q, ok := nodes[id].cluster.Node().State().Queues["q"]
+			return ok && q.Incarnation > 0 && nodes[id].cluster.Node().State().Assignments["q"][0].Owner == "n1"
+		})
+	}
+	nodes["n2"].close()
+	nodes["n3"].close()
+	owner.restart(t) // alone: no leader, its state is empty until one is back
+	if _, err := owner.broker.QueueInfo("q"); err != nil {
+		t.Fatalf("n1's broker did not open the old q: %v", err)
+	}
+	nodes["n2"].restart(t)
+	nodes["n3"].restart(t)
+	served := nodes.servedAfter(t, "q", 0)
+	publishN(t, served.broker, "q", "new", 10)
+	if got := consumeBodies(t, ctx, served.broker, "q", 10); !onlyPrefix(got, "new-") {
+		t.Fatalf("the new q, served by %s, delivered %q", served.id, got)
+	}
+	for i, recs := range nodes.copiesMatch(t, "q", (*wal.Log).WrittenNext) {
+		for _, r := range recs {
+			if bytes.Contains(r.Payload, []byte("old-")) {
+				t.Fatalf("copy %d of the new q holds an old record at offset %d (%d records)", i, r.Offset, len(recs))
+			}
+		}
+	}
+}
+
+// The old owner comes back after its queue was deleted and declared again
+// on other nodes only. Its broker opened the old declaration's log at
+// start: it closes that queue, which is no longer its to serve, and the
+// old log is collected.
+func TestRedeclaredElsewhereWhileItsOwnerWasDown(t *testing.T) {
+	nodes := startNodes(t, 3, nodeOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	leadBy(t, nodes, "n3")
+	if err := nodes["n3"].cluster.Node().SetSettings(ctx, map[string]string{"replicas": "2"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := appliance.QueueConfig{Name: "q", Durability: appliance.Durable}
+	owner := nodes.declare(t, "n3", cfg, "")
+	if owner.id != "n1" {
+		t.Fatalf("q owned by %s, want n1", owner.id)
+	}
+	old := nodes.assignments(t, "q")[0].Incarnation
+	publishN(t, owner.broker, "q", "old", 20)
+	nodes.copiesMatch(t, "q", (*wal.Log).WrittenNext)
+	owner.close()
+	if err := nodes["n3"].cluster.DeleteQueue(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	// Load n1 so that the new q goes elsewhere.
+	if _, _, err := nodes["n3"].cluster.DeclarePolicy(ctx, appliance.QueueConfig{Name: "pad", Durability: appliance.Durable}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := nodes["n3"].cluster.DeclarePolicy(ctx, cfg, ""); err != nil {
+		t.Fatal(err)
+	}
+	a := nodes["n3"].cluster.Node().State().Assignments["q"][0]
+	for _, id := range a.Copies() {
+		if id == "n1" {
+			t.Fatalf("the new q is placed on n1: %+v", a)
+		}
+	}
+	owner.restart(t)
+	await.Until(t, ctx, "n1 to apply the new q", func() bool {
+		q, ok := owner.cluster.Node().State().Queues["q"]
+		return ok && q.Incarnation == a.Incarnation
+	})
+	oldDir := "replicas/q/" + itoa(old) + "/0"
+	await.Until(t, ctx, "n1 to close the old declaration and remove its log", func() bool {
+		_, err := owner.broker.QueueInfo("q")
+		_, statErr := owner.replicaFS.Stat(oldDir)
+		return errors.Is(err, appliance.ErrNotFound) && statErr != nil
+	})
+}
+
+func itoa(u uint64) string { return strconv.FormatUint(u, 10) }
+
+func ownedKeys(c *Cluster) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for k, op := range c.owned {
+		out = append(out, k+"@"+itoa(op.incarnation))
+	}
+	return out
+}
+
+// A node whose raft state is lost (its data intact) opens with an empty
+// state that counts as replayed at once. It closes and collects nothing
+// before it has caught up with its leader: the queue it owned is still
+// assigned to it, and its copy survives.
+func TestWipedRaftStateKeepsTheCopiesUntilCaughtUp(t *testing.T) {
+	nodes := startNodes(t, 3, nodeOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	leadBy(t, nodes, "n3")
+	cfg := appliance.QueueConfig{Name: "q", Durability: appliance.Durable}
+	owner := nodes.declare(t, "n3", cfg, "")
+	publishN(t, owner.broker, "q", "old", 20)
+	nodes.copiesMatch(t, "q", (*wal.Log).WrittenNext)
+	owner.close()
+	// Keep the leader from answering the restarted node for a while.
+	owner.raftDir = t.TempDir()
+	owner.bootstrap = false
+	before := len(owner.removed.under("replicas/q"))
+	owner.restart(t)
+	await.Until(t, ctx, owner.id+" to learn q from the leader", func() bool {
+		_, ok := owner.cluster.Node().State().Queues["q"]
+		return ok && owner.cluster.node.liveKnown()
+	})
+	if removed := owner.removed.under("replicas/q")[before:]; len(removed) > 0 {
+		t.Fatalf("the wiped node removed %v before it learnt the state", removed)
+	}
+}
+
+// Deletes and declarations of one name race on its owner: whatever the
+// interleaving, once they settle a queue the cluster has this node serve
+// is open in its broker (a delete of the name the cluster no longer knows
+// does not reach into the broker for a queue declared meanwhile).
+func TestRacingDeletesKeepTheRedeclaredQueueServed(t *testing.T) {
+	nodes := startNodes(t, 3, nodeOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	leadBy(t, nodes, "n3")
+	n1 := nodes["n1"]
+	cfg := appliance.QueueConfig{Name: "q", Durability: appliance.Durable}
+	nodes.declare(t, "n3", cfg, "")
+	deadline := time.Now().Add(10 * time.Second)
+	for round := 0; time.Now().Before(deadline); round++ {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			time.Sleep(time.Duration(round%7) * 300 * time.Microsecond)
+			_ = n1.cluster.DeleteQueue(ctx, "q")
+		}()
+		_ = n1.cluster.DeleteQueue(ctx, "q")
+		_, _, _ = n1.cluster.DeclarePolicy(ctx, cfg, "")
+		<-done
+		// Settle: the state and this node's broker agree again.
+		var st = n1.cluster.Node().State()
+		q, ok := st.Queues["q"]
+		if !ok || st.Assignments["q"][0].Owner != "n1" {
+			_, _, _ = n1.cluster.DeclarePolicy(ctx, cfg, "")
+			continue
+		}
+		await.Within(t, 30*time.Second, "n1 to serve the state's q", func() bool {
+			n1.cluster.declaredMu.Lock()
+			defer n1.cluster.declaredMu.Unlock()
+			inc, ok := n1.cluster.declared["q"]
+			return ok && inc == q.Incarnation
+		})
+		if _, err := n1.broker.QueueInfo("q"); err != nil {
+			t.Fatalf("round %d: the cluster has q (incarnation %d) served by n1, but n1's broker: %v", round, q.Incarnation, err)
+		}
+	}
 }

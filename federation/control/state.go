@@ -1,6 +1,7 @@
 package control
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -25,6 +26,9 @@ var (
 	ErrNotEnoughMembers = fmt.Errorf("not enough cluster members for the policy: %w", appliance.ErrInvalid)
 	// ErrUnknownQueue: no such queue in the cluster.
 	ErrUnknownQueue = fmt.Errorf("unknown cluster queue: %w", appliance.ErrNotFound)
+	// ErrDeclaredAgain: a command named a declaration of a queue that
+	// was deleted and declared again since.
+	ErrDeclaredAgain = errors.New("cluster queue declared again since")
 	// ErrUnknownSetting: not a cluster setting.
 	ErrUnknownSetting = fmt.Errorf("unknown cluster setting: %w", appliance.ErrInvalid)
 )
@@ -519,7 +523,7 @@ func (s *State) deleteQueue(name string, inc uint64) error {
 		return fmt.Errorf("%w: %s", ErrUnknownQueue, name)
 	}
 	if inc != 0 && q.Incarnation != inc {
-		return fmt.Errorf("%w: %s was declared again (incarnation %d, not %d)", ErrUnknownQueue, name, q.Incarnation, inc)
+		return fmt.Errorf("%w: %s (incarnation %d, not %d)", ErrDeclaredAgain, name, q.Incarnation, inc)
 	}
 	delete(s.Queues, name)
 	delete(s.Assignments, name)

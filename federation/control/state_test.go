@@ -289,7 +289,7 @@ func TestIncarnation(t *testing.T) {
 	if a := f.State().Assignments["q"][0]; len(a.Seals) != 0 {
 		t.Fatalf("the first declaration's seals were counted for the second: %+v", a.Seals)
 	}
-	if r := apply(Command{Op: OpDeleteQueue, ID: "q", Incarnation: 12}); !errors.Is(r.Err, ErrUnknownQueue) {
+	if r := apply(Command{Op: OpDeleteQueue, ID: "q", Incarnation: 12}); !errors.Is(r.Err, ErrDeclaredAgain) {
 		t.Fatalf("a delete of the first declaration: %v", r.Err)
 	}
 	if _, ok := f.State().Queues["q"]; !ok {
