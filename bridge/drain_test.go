@@ -151,18 +151,7 @@ func TestCoreIngestStopDrainsReceivedMessages(t *testing.T) {
 		DrainTimeout: testTimeout / 2,
 		Ingest:       []Ingest{{Subject: "d.x", Queue: "drained"}}})
 
-	proxy.pause()
-	nc, _ := connectNATS(t, ns)
-	for i := 0; i < n; i++ {
-		if err := nc.Publish("d.x", []byte(fmt.Sprint(i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "NATS to deliver every message to the bridge", func() bool { return sentTo(t, ns, "fibril-bridge-drain") >= n })
-	waitFor(t, "the first message on its way to Fibril", func() bool { return br.Stats().Received > 0 })
+	heldBack(t, ns, br, proxy, "d.x", "fibril-bridge-drain", n)
 	if s := br.Stats(); s.Published != 0 {
 		t.Fatalf("published %d while the broker was held back", s.Published)
 	}
@@ -205,18 +194,7 @@ func TestCoreIngestDrainGivesUpAfterDrainTimeout(t *testing.T) {
 		DrainTimeout: 100 * time.Millisecond,
 		Ingest:       []Ingest{{Subject: "s.x", Queue: "stuck"}}})
 
-	proxy.pause()
-	nc, _ := connectNATS(t, ns)
-	for i := 0; i < n; i++ {
-		if err := nc.Publish("s.x", []byte(fmt.Sprint(i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "NATS to deliver every message to the bridge", func() bool { return sentTo(t, ns, "fibril-bridge-stuck") >= n })
-	waitFor(t, "the first message on its way to Fibril", func() bool { return br.Stats().Received > 0 })
+	heldBack(t, ns, br, proxy, "s.x", "fibril-bridge-stuck", n)
 
 	// The broker stays silent: the drain gives up by itself, counting
 	// each message it could not publish. (The proxy is let go afterwards
@@ -244,18 +222,7 @@ func TestCoreIngestStopDrainsWhileNATSIsDown(t *testing.T) {
 		DrainTimeout: 10 * testTimeout,
 		Ingest:       []Ingest{{Subject: "o.x", Queue: "offline"}}})
 
-	proxy.pause()
-	nc, _ := connectNATS(t, ns)
-	for i := 0; i < n; i++ {
-		if err := nc.Publish("o.x", []byte(fmt.Sprint(i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "NATS to deliver every message to the bridge", func() bool { return sentTo(t, ns, "fibril-bridge-offline") >= n })
-	waitFor(t, "the first message on its way to Fibril", func() bool { return br.Stats().Received > 0 })
+	heldBack(t, ns, br, proxy, "o.x", "fibril-bridge-offline", n)
 	ns.Shutdown()
 	ns.WaitForShutdown()
 	waitFor(t, "the bridge to see NATS gone", func() bool { return br.Stats().State == StateReconnecting })
@@ -277,4 +244,23 @@ func TestCoreIngestStopDrainsWhileNATSIsDown(t *testing.T) {
 	if got := drain(t, fc, "offline"); len(got) != n {
 		t.Fatalf("queue holds %d messages, want %d", len(got), n)
 	}
+}
+
+// heldBack holds the broker back behind proxy, publishes n messages to
+// subject on ns and waits until NATS has delivered them all to the
+// bridge's connection (named conn) and the bridge has taken the first.
+func heldBack(t *testing.T, ns *natsserver.Server, br *running, proxy *pausableProxy, subject, conn string, n int) {
+	t.Helper()
+	proxy.pause()
+	nc, _ := connectNATS(t, ns)
+	for i := 0; i < n; i++ {
+		if err := nc.Publish(subject, []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "NATS to deliver every message to the bridge", func() bool { return sentTo(t, ns, conn) >= int64(n) })
+	waitFor(t, "the first message on its way to Fibril", func() bool { return br.Stats().Received > 0 })
 }

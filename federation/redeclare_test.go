@@ -88,29 +88,7 @@ func TestRedeclaredQueueFailsOverAgain(t *testing.T) {
 // return or the new queue's failover, and wherever the new queue ends up
 // served.
 func TestRedeclaredWhileItsOwnerWasDown(t *testing.T) {
-	nodes := startNodes(t, 3, nodeOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	leadBy(t, nodes, "n3")
-	cfg := appliance.QueueConfig{Name: "q", Durability: appliance.Durable}
-	owner := nodes.declare(t, "n3", cfg, "")
-	if owner.id != "n1" {
-		t.Fatalf("q owned by %s, want n1", owner.id)
-	}
-	publishN(t, owner.broker, "q", "old", 20)
-	consumeBodies(t, ctx, owner.broker, "q", 5) // some acked: the old queue's checkpoint has state
-	nodes.copiesMatch(t, "q", (*wal.Log).WrittenNext)
-	owner.close()
-
-	if err := nodes["n3"].cluster.DeleteQueue(ctx, "q"); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := nodes["n3"].cluster.DeclarePolicy(ctx, cfg, ""); err != nil {
-		t.Fatal(err)
-	}
-	if o := nodes["n3"].cluster.Node().State().Assignments["q"][0].Owner; o != "n1" {
-		t.Fatalf("the new q is placed on %s, want n1 (down)", o)
-	}
+	nodes, owner, ctx := redeclaredWhileDown(t)
 	owner.restart(t)
 	served := nodes.servedAfter(t, "q", 0)
 	publishN(t, served.broker, "q", "new", 10)
@@ -134,6 +112,37 @@ func TestRedeclaredWhileItsOwnerWasDown(t *testing.T) {
 		t.Fatalf("the new q, failed over to %s, delivered %q", next.id, got)
 	}
 	served.restart(t)
+}
+
+// redeclaredWhileDown starts three nodes led by n3, declares the
+// durable queue q (owned by n1) and gives it messages old-0..19, acking
+// some, then stops n1 and deletes and declares q again, placed on n1. It
+// returns with n1 down, and a context for the test's requests.
+func redeclaredWhileDown(t *testing.T) (testCluster, *clusterNode, context.Context) {
+	t.Helper()
+	nodes := startNodes(t, 3, nodeOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	leadBy(t, nodes, "n3")
+	cfg := appliance.QueueConfig{Name: "q", Durability: appliance.Durable}
+	owner := nodes.declare(t, "n3", cfg, "")
+	if owner.id != "n1" {
+		t.Fatalf("q owned by %s, want n1", owner.id)
+	}
+	publishN(t, owner.broker, "q", "old", 20)
+	consumeBodies(t, ctx, owner.broker, "q", 5) // some acked: the old queue's checkpoint has state
+	nodes.copiesMatch(t, "q", (*wal.Log).WrittenNext)
+	owner.close()
+	if err := nodes["n3"].cluster.DeleteQueue(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := nodes["n3"].cluster.DeclarePolicy(ctx, cfg, ""); err != nil {
+		t.Fatal(err)
+	}
+	if o := nodes["n3"].cluster.Node().State().Assignments["q"][0].Owner; o != "n1" {
+		t.Fatalf("the new q is placed on %s, want n1 (down)", o)
+	}
+	return nodes, owner, ctx
 }
 
 // consumeBodies takes n messages from queue on b, acks them, and returns
@@ -189,25 +198,7 @@ func onlyPrefix(bodies []string, prefix string) bool {
 // declaration) before the new declaration reaches it. No copy of the new
 // queue holds an old record, and none is delivered.
 func TestRedeclaredOwnerBackAloneOpensTheOldLog(t *testing.T) {
-	nodes := startNodes(t, 3, nodeOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	leadBy(t, nodes, "n3")
-	cfg := appliance.QueueConfig{Name: "q", Durability: appliance.Durable}
-	owner := nodes.declare(t, "n3", cfg, "")
-	if owner.id != "n1" {
-		t.Fatalf("q owned by %s, want n1", owner.id)
-	}
-	publishN(t, owner.broker, "q", "old", 20)
-	consumeBodies(t, ctx, owner.broker, "q", 5)
-	nodes.copiesMatch(t, "q", (*wal.Log).WrittenNext)
-	owner.close()
-	if err := nodes["n3"].cluster.DeleteQueue(ctx, "q"); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := nodes["n3"].cluster.DeclarePolicy(ctx, cfg, ""); err != nil {
-		t.Fatal(err)
-	}
+	nodes, owner, ctx := redeclaredWhileDown(t)
 	for _, id := range []string{"n2", "n3"} {
 		await.Until(t, ctx, id+" to apply the new q", func() bool {
 			q, ok := nodes[id].cluster.Node().State().Queues["q"]
