@@ -295,7 +295,7 @@ func (c *Cluster) serveLocked(st *control.State, name string) error {
 		// under this name (deleted and declared again while this node
 		// was down): none of it is this queue's. A state still replaying
 		// may name an older one than the broker's: nothing is done on it.
-		if !c.replayed() {
+		if !c.caughtUp() {
 			return nil
 		}
 		c.log.Warn("the broker opened another declaration of the queue; closing it", "queue", name,
@@ -340,28 +340,29 @@ func (c *Cluster) serveLocked(st *control.State, name string) error {
 // under; serveMu keeps a declare from coming between the look and the
 // close.
 func (c *Cluster) closeStaleOpened() {
-	if !c.replayed() || !c.node.liveKnown() {
+	if !c.caughtUp() {
 		return
 	}
 	b := c.boundBroker()
 	if b == nil {
 		return
 	}
+	c.serveMu.Lock()
+	defer c.serveMu.Unlock()
+	// Looked at under serveMu: the broker opens no cluster queue
+	// meanwhile, so each one found is still the broker's queue of its
+	// name when it is closed.
 	c.mu.Lock()
-	opened := map[string]uint64{}
+	var atStart []*ownedPartition
 	for _, op := range c.owned {
-		if op.partition == 0 {
-			opened[op.queue] = op.incarnation
+		if op.partition == 0 && op.atStart {
+			atStart = append(atStart, op)
 		}
 	}
 	c.mu.Unlock()
-	c.serveMu.Lock()
-	defer c.serveMu.Unlock()
 	st := c.node.shared()
-	if st.Applied < c.node.liveFrom.Load() {
-		return
-	}
-	for name, inc := range opened {
+	for _, op := range atStart {
+		name, inc := op.queue, op.incarnation
 		c.declaredMu.Lock()
 		served, ok := c.declared[name]
 		c.declaredMu.Unlock()
@@ -376,7 +377,7 @@ func (c *Cluster) closeStaleOpened() {
 		err := b.DeleteQueue(ctx, name)
 		cancel()
 		if err != nil && !errors.Is(err, appliance.ErrNotFound) {
-			c.log.Error("cannot close the queue of an earlier declaration", "queue", name, "incarnation", inc, "err", err)
+			c.log.Error("cannot close a queue opened at start that is not this node's to serve", "queue", name, "incarnation", inc, "err", err)
 			continue
 		}
 		c.undeclareLocked(name)
@@ -385,14 +386,17 @@ func (c *Cluster) closeStaleOpened() {
 	}
 }
 
-// replayed reports whether the node's state has replayed its raft log.
-func (c *Cluster) replayed() bool {
+// caughtUp reports whether the node's state is one to act on: replayed,
+// and for a node that opened with no raft state (blank), caught up to
+// where its leader was when it asked (Node.learnLive). Before, the state
+// may name declarations long gone, or lack ones this node holds.
+func (c *Cluster) caughtUp() bool {
 	select {
 	case <-c.node.Replayed():
-		return true
 	default:
 		return false
 	}
+	return c.node.liveKnown() && c.node.shared().Applied >= c.node.liveFrom.Load()
 }
 
 // openedIncarnation is the declaration whose log the broker holds open
@@ -493,6 +497,17 @@ func (c *Cluster) newStateLocked(st *control.State) bool {
 	return true
 }
 
+// isBound reports whether Bind has run: a partition attached before was
+// opened by the broker's start.
+func (c *Cluster) isBound() bool {
+	select {
+	case <-c.bound:
+		return true
+	default:
+		return false
+	}
+}
+
 func (c *Cluster) boundBroker() *appliance.Broker {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -512,24 +527,12 @@ func (c *Cluster) DeleteQueue(ctx context.Context, name string) error {
 	if c.isLocal(name) {
 		return c.deleteLocalQueue(ctx, name)
 	}
-	var inc uint64
-	c.node.read(func(s *control.State) { inc = s.Queues[name].Incarnation })
-	if err := c.node.DeleteQueue(ctx, name, inc); err != nil {
-		switch {
-		case errors.Is(err, control.ErrDeclaredAgain):
-			// Sent again, and the first attempt had deleted the
-			// declaration meant; the one declared since stays.
-			return nil
-		case errors.Is(err, control.ErrUnknownQueue):
+	// Read your writes: DeleteQueue returns once this node has applied
+	// the delete, so its state no longer has the declaration deleted.
+	if err := c.node.DeleteQueue(ctx, name); err != nil {
+		if errors.Is(err, control.ErrUnknownQueue) {
 			return c.deleteUnknown(ctx, name, err)
 		}
-		return err
-	}
-	// Read your writes: the queue, as it was before, is gone here.
-	if err := c.node.waitFor(ctx, func(s *control.State) bool {
-		q, ok := s.Queues[name]
-		return !ok || (inc != 0 && q.Incarnation != inc)
-	}); err != nil {
 		return err
 	}
 	return c.unserve(c.node.shared(), name)
@@ -622,7 +625,7 @@ func (c *Cluster) Attach(queue string, partition int, cfg appliance.QueueConfig,
 	if !ok || id.Queue != queue || id.Partition != partition {
 		id = c.logCopy(queue, partition)
 	}
-	op := &ownedPartition{c: c, queue: queue, partition: partition, key: ownedKey(queue, partition), incarnation: id.Incarnation,
+	op := &ownedPartition{c: c, queue: queue, partition: partition, key: ownedKey(queue, partition), incarnation: id.Incarnation, atStart: !c.isBound(),
 		durability: cfg.Durability, log: log, ready: make(chan struct{}), done: make(chan struct{}), fencedCh: make(chan struct{})}
 	c.declaredMu.Lock()
 	for open := range c.openLogs {

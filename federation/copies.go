@@ -108,16 +108,11 @@ func (c *Cluster) keeps(id replication.CopyID) bool {
 	default:
 		return true
 	}
-	if !c.node.liveKnown() {
-		return true // a blank node: its state is nothing yet
+	if !c.caughtUp() {
+		return true // a blank node's state may not assign it yet
 	}
 	var keep bool
-	c.node.read(func(s *control.State) {
-		// A blank node has caught up to where its leader was once its
-		// state reaches liveFrom; until then a copy it holds may be
-		// assigned to it by commands it has not applied yet.
-		keep = s.Applied < c.node.liveFrom.Load() || s.Holds(c.node.opts.ID, id.Queue, id.Incarnation, id.Partition)
-	})
+	c.node.read(func(s *control.State) { keep = s.Holds(c.node.opts.ID, id.Queue, id.Incarnation, id.Partition) })
 	return keep
 }
 
@@ -154,6 +149,10 @@ func (c *Cluster) collectCopies() {
 		var removed []replication.CopyID
 		var err error
 		switch lost := lostFrom(held, now); {
+		case !c.caughtUp():
+			// A blank node keeps everything (keeps) until it has caught
+			// up; then it walks every copy once.
+			now = nil
 		case held == nil || slices.ContainsFunc(opened, func(id replication.CopyID) bool { return !now[id] }):
 			removed, err = c.follower.Collect()
 		case len(lost) > 0 || len(unserved) > 0:

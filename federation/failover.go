@@ -526,12 +526,14 @@ func (c *Cluster) releaseLocal(name, why string) error {
 	if b == nil || c.isLocal(name) {
 		return nil
 	}
+	// Looked at under serveMu, as closeStaleOpened and serve act: a
+	// queue another of them is closing is found still open.
+	c.serveMu.Lock()
+	defer c.serveMu.Unlock()
 	if _, err := b.QueueInfo(name); errors.Is(err, appliance.ErrNotFound) {
 		return nil
 	}
 	c.fenceQueue(name)
-	c.serveMu.Lock()
-	defer c.serveMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := b.DeleteQueue(ctx, name); err != nil && !errors.Is(err, appliance.ErrNotFound) {

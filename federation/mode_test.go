@@ -346,7 +346,7 @@ func TestProposalsThroughAFollowerReadTheirWrites(t *testing.T) {
 	if err := follower.cluster.Node().SetSettings(ctx, map[string]string{"default_policy": "replica_buffered:2"}); err != nil {
 		t.Fatalf("set the cluster default through %s: %v", follower.id, err)
 	}
-	if err := follower.cluster.Node().DeleteQueue(ctx, "q00", 0); err != nil {
+	if err := follower.cluster.Node().DeleteQueue(ctx, "q00"); err != nil {
 		t.Fatalf("delete q00 through %s: %v", follower.id, err)
 	}
 	st := follower.cluster.Node().State()

@@ -142,7 +142,7 @@ func TestFollowersApplyWithoutRaftsCommitTimer(t *testing.T) {
 			break
 		}
 	}
-	if err := c.nodes[lead].DeleteQueue(ctx, gone, 0); err != nil {
+	if err := c.nodes[lead].DeleteQueue(ctx, gone); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range c.ids {

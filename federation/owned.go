@@ -34,6 +34,7 @@ type ownedPartition struct {
 	// incarnation is the declaration the log belongs to (its directory
 	// names it): an assignment of another is not this log's to write.
 	incarnation uint64
+	atStart     bool // opened by the broker's start, before Bind (closeStaleOpened)
 	log         *wal.Log
 	dir         string        // the log's directory, which holds its history
 	ready       chan struct{} // closed once gate is set
@@ -383,6 +384,9 @@ func (op *ownedPartition) Status() string {
 
 func (op *ownedPartition) Detach() {
 	op.close()
+	op.c.declaredMu.Lock()
+	delete(op.c.openLogs, op.copyID(op.incarnation)) // or a queue the broker failed to open would keep it
+	op.c.declaredMu.Unlock()
 	op.c.mu.Lock()
 	if op.c.owned[op.key] == op {
 		delete(op.c.owned, op.key)

@@ -213,17 +213,7 @@ func (n *Node) serveControl(c net.Conn) {
 // else forwarded. It waits out an election up to ctx's end, unless it
 // serves a request that made its hops: then the node that asked retries.
 func (n *Node) propose(ctx context.Context, cmd control.Command) control.Result {
-	return n.proposeAgainAs(ctx, cmd, cmd)
-}
-
-// proposeAgainAs is propose that sends again, after a failed attempt
-// (which may have applied: leadership lost before the answer), not cmd
-// but again: a command that cannot do twice what cmd did once.
-func (n *Node) proposeAgainAs(ctx context.Context, cmd, again control.Command) control.Result {
-	for attempt := 0; ; attempt++ {
-		if attempt == 1 {
-			cmd = again
-		}
+	for {
 		r, err := n.proposeOnce(ctx, cmd)
 		if err == nil {
 			return r
@@ -248,12 +238,7 @@ func (n *Node) proposeAgainAs(ctx context.Context, cmd, again control.Command) c
 // (read your writes): it also waits, within ctx, until this node has
 // applied the command, whose outcome the leader answered with.
 func (n *Node) proposeSeen(ctx context.Context, cmd control.Command) control.Result {
-	return n.proposeSeenAgainAs(ctx, cmd, cmd)
-}
-
-// proposeSeenAgainAs is proposeSeen with proposeAgainAs's retries.
-func (n *Node) proposeSeenAgainAs(ctx context.Context, cmd, again control.Command) control.Result {
-	r := n.proposeAgainAs(ctx, cmd, again)
+	r := n.propose(ctx, cmd)
 	if r.Index == 0 { // not applied anywhere: nothing to wait for
 		return r
 	}
@@ -478,15 +463,9 @@ func (n *Node) waitFor(ctx context.Context, cond func(*control.State) bool) erro
 }
 
 // DeleteQueue removes a queue's declaration and assignments: whichever
-// declaration the state has when the delete applies. inc, when not 0, is
-// the declaration the caller saw: a delete sent again (its first attempt
-// may have applied) deletes only that one, so that it cannot delete a
-// queue declared again meanwhile (control.ErrDeclaredAgain).
-func (n *Node) DeleteQueue(ctx context.Context, name string, inc uint64) error {
-	cmd := control.Command{Op: control.OpDeleteQueue, ID: name}
-	again := cmd
-	again.Incarnation = inc
-	return n.proposeSeenAgainAs(ctx, cmd, again).Err
+// declaration the name names when the delete applies.
+func (n *Node) DeleteQueue(ctx context.Context, name string) error {
+	return n.proposeSeen(ctx, control.Command{Op: control.OpDeleteQueue, ID: name}).Err
 }
 
 // SetSettings changes cluster settings.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -357,4 +358,56 @@ func TestRacingDeletesKeepTheRedeclaredQueueServed(t *testing.T) {
 			t.Fatalf("round %d: the cluster has q (incarnation %d) served by n1, but n1's broker: %v", round, q.Incarnation, err)
 		}
 	}
+}
+
+// A follower whose raft state was lost (its data intact) comes back after
+// a queue it held a copy of was deleted: once it has caught up with its
+// leader, it removes that copy.
+func TestWipedRaftStateCollectsOnceCaughtUp(t *testing.T) {
+	nodes := startNodes(t, 3, nodeOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	leadBy(t, nodes, "n3")
+	cfg := appliance.QueueConfig{Name: "q", Durability: appliance.Durable}
+	owner := nodes.declare(t, "n3", cfg, "")
+	publishN(t, owner.broker, "q", "old", 20)
+	a := nodes.assignments(t, "q")[0]
+	var f *clusterNode
+	for _, id := range a.Followers {
+		if id != "n3" {
+			f = nodes[id]
+		}
+	}
+	if f == nil {
+		t.Fatalf("q's followers %v: none besides the leader", a.Followers)
+	}
+	await.Until(t, ctx, f.id+" to hold q's copy", func() bool {
+		names, err := f.replicaFS.List("replicas/q")
+		return err == nil && len(names) > 0
+	})
+	f.close()
+	if err := nodes["n3"].cluster.DeleteQueue(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	// Commands after the delete: the leader's applied index, where the
+	// wiped node counts as caught up, is past it.
+	for i := range 3 {
+		if _, _, err := nodes["n3"].cluster.DeclarePolicy(ctx, appliance.QueueConfig{Name: fmt.Sprintf("later%d", i)}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.raftDir = t.TempDir()
+	f.bootstrap = false
+	before := len(f.removed.under("replicas/q"))
+	f.restart(t)
+	await.Until(t, ctx, f.id+" to catch up", func() bool {
+		return f.cluster.node.liveKnown() && f.cluster.Node().State().Applied >= f.cluster.node.liveFrom.Load()
+	})
+	// More commands: every one wakes the collection.
+	for i := range 3 {
+		if _, _, err := nodes["n3"].cluster.DeclarePolicy(ctx, appliance.QueueConfig{Name: fmt.Sprintf("after%d", i)}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	await.Until(t, ctx, f.id+" to remove its copy of the deleted q", func() bool { return len(f.removed.under("replicas/q")) > before })
 }

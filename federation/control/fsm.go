@@ -44,9 +44,6 @@ type Command struct {
 	Owner string `json:"owner,omitempty"`
 	// Mode is OpSetMode's argument (mode.go).
 	Mode *SetMode `json:"mode,omitempty"`
-	// Incarnation, when not 0, is the declaration of queue ID that
-	// OpDeleteQueue deletes: a queue declared again since is kept.
-	Incarnation uint64 `json:"incarnation,omitempty"`
 }
 
 // Result is what applying a command returns to the proposer.
@@ -153,7 +150,7 @@ func (s *State) apply(c Command) Result {
 		q, created, err := s.adopt(*c.Queue, c.Owner)
 		return Result{Err: err, Queue: q, Created: created}
 	case OpDeleteQueue:
-		return Result{Err: s.deleteQueue(c.ID, c.Incarnation)}
+		return Result{Err: s.deleteQueue(c.ID)}
 	case OpSetMode:
 		if c.Mode == nil {
 			return Result{Err: errors.New("control: set_mode without its argument")}

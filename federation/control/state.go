@@ -1,7 +1,6 @@
 package control
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -26,9 +25,6 @@ var (
 	ErrNotEnoughMembers = fmt.Errorf("not enough cluster members for the policy: %w", appliance.ErrInvalid)
 	// ErrUnknownQueue: no such queue in the cluster.
 	ErrUnknownQueue = fmt.Errorf("unknown cluster queue: %w", appliance.ErrNotFound)
-	// ErrDeclaredAgain: a command named a declaration of a queue that
-	// was deleted and declared again since.
-	ErrDeclaredAgain = errors.New("cluster queue declared again since")
 	// ErrUnknownSetting: not a cluster setting.
 	ErrUnknownSetting = fmt.Errorf("unknown cluster setting: %w", appliance.ErrInvalid)
 )
@@ -517,13 +513,9 @@ func defaultPolicy(mode appliance.Durability, replicas int) Policy {
 	return Policy{Kind: ReplicaBuffered, N: replicas/2 + 1}
 }
 
-func (s *State) deleteQueue(name string, inc uint64) error {
-	q, ok := s.Queues[name]
-	if !ok {
+func (s *State) deleteQueue(name string) error {
+	if _, ok := s.Queues[name]; !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownQueue, name)
-	}
-	if inc != 0 && q.Incarnation != inc {
-		return fmt.Errorf("%w: %s (incarnation %d, not %d)", ErrDeclaredAgain, name, q.Incarnation, inc)
 	}
 	delete(s.Queues, name)
 	delete(s.Assignments, name)
