@@ -26,7 +26,7 @@ func TestQueueActionsInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`main[data-page="queue"] button#purge`)))
 
 	// A peek shows the ready messages and settles none of them.
-	b.Do(t, "peek", chromedp.Click(chromedp.CSS(`button#peek`)),
+	b.Do(t, "peek", click(`button#peek`),
 		chromedp.WaitVisible(chromedp.CSS(`#peek-box tr[data-offset="2"]`)))
 	for off, body := range []string{"a", "b", "c"} {
 		if got := b.Text(t, `#peek-box tr[data-offset="`+strconv.Itoa(off)+`"] td[data-field="body"]`); got != body {
@@ -52,20 +52,20 @@ func TestQueueActionsInBrowser(t *testing.T) {
 	b.WaitFor(t, "a refresh while typing", textOf(`#status`)+` !== `+strconv.Quote(before), textOf(`#status`))
 	b.WaitFor(t, "the typed body kept across the refresh", `document.querySelector('#test-body').value === 'hello from the page'`,
 		`document.querySelector('#test-body').value`)
-	b.Do(t, "publish it", chromedp.Click(chromedp.CSS(`#test-send`)))
+	b.Do(t, "publish it", click(`#test-send`))
 	b.WaitFor(t, "the test publish's confirm", textOf(`#action-result`)+`.startsWith('test message confirmed')`, textOf(`#action-result`))
 	if got := b.Text(t, `#action-result`); !strings.Contains(got, "confirmed at partition 0, offset 3 (buffered)") {
 		t.Errorf("the test publish says %q", got)
 	}
-	b.Do(t, "peek again", chromedp.Click(chromedp.CSS(`button#peek`)),
+	b.Do(t, "peek again", click(`button#peek`),
 		chromedp.WaitVisible(chromedp.CSS(`#peek-box tr[data-offset="3"] td[data-field="id"]`)))
 	if got := b.Text(t, `#peek-box tr[data-offset="3"] td[data-field="id"]`); got != "page-1" {
 		t.Errorf("the test message's id shows %q", got)
 	}
 
 	// Cancel first: nothing happens.
-	b.Do(t, "ask to purge, then cancel", chromedp.Click(chromedp.CSS(`button#purge`)),
-		chromedp.WaitVisible(chromedp.CSS(`#confirm-purge`)), chromedp.Click(chromedp.CSS(`button#purge-no`)),
+	b.Do(t, "ask to purge, then cancel", click(`button#purge`),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-purge`)), click(`button#purge-no`),
 		chromedp.WaitVisible(chromedp.CSS(`button#purge`)))
 	var q struct {
 		Messages   int64  `json:"messages"`
@@ -79,12 +79,12 @@ func TestQueueActionsInBrowser(t *testing.T) {
 		t.Fatalf("after a cancelled purge the queue holds %d messages", q.Messages)
 	}
 
-	b.Do(t, "purge, confirmed", chromedp.Click(chromedp.CSS(`button#purge`)),
+	b.Do(t, "purge, confirmed", click(`button#purge`),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm-purge`)))
 	if got := b.Text(t, `#confirm-purge p`); !strings.Contains(got, "Discard the 4 ready messages of orders") {
 		t.Errorf("the purge asks %q", got)
 	}
-	b.Do(t, "confirm the purge", chromedp.Click(chromedp.CSS(`button#purge-yes`)),
+	b.Do(t, "confirm the purge", click(`button#purge-yes`),
 		chromedp.WaitVisible(chromedp.CSS(`#action-result.ok`)))
 	if got := b.Text(t, `#action-result`); got != "purged 4 messages" {
 		t.Errorf("the purge says %q", got)
@@ -94,12 +94,12 @@ func TestQueueActionsInBrowser(t *testing.T) {
 		t.Fatalf("after the purge: %d messages, purged %d", q.Messages, q.Counters.Purged)
 	}
 
-	b.Do(t, "ask to switch to durable", chromedp.Click(chromedp.CSS(`button#mode`)),
+	b.Do(t, "ask to switch to durable", click(`button#mode`),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm-mode`)))
 	if got := b.Text(t, `#confirm-mode p`); !strings.Contains(got, "Switch orders to durable?") {
 		t.Errorf("the mode change asks %q", got)
 	}
-	b.Do(t, "confirm the switch", chromedp.Click(chromedp.CSS(`button#mode-yes`)),
+	b.Do(t, "confirm the switch", click(`button#mode-yes`),
 		chromedp.WaitVisible(chromedp.CSS(`#action-result.ok`)))
 	if got := b.Text(t, `#action-result`); got != "now durable" {
 		t.Errorf("the mode change says %q", got)

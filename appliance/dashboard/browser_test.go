@@ -9,6 +9,9 @@ import (
 
 type browser = browsertest.Browser
 
+// click clicks an element of a page that re-renders as it polls.
+var click = browsertest.Click
+
 func startBrowser(t *testing.T, width, height int) *browser {
 	return browsertest.Start(t, width, height)
 }

@@ -66,7 +66,7 @@ func TestDashboardCluster(t *testing.T) {
 	orders := page + `article[data-queue="orders"] `
 
 	b.Do(t, "open the queues page", chromedp.Navigate(base+"/#/queues"), chromedp.WaitVisible(chromedp.CSS(`main[data-page="queues"] h1`)))
-	b.Do(t, "follow the Cluster link", chromedp.WaitVisible(chromedp.CSS(`#nav-cluster`)), chromedp.Click(chromedp.CSS(`#nav-cluster`)),
+	b.Do(t, "follow the Cluster link", chromedp.WaitVisible(chromedp.CSS(`#nav-cluster`)), click(`#nav-cluster`),
 		chromedp.WaitVisible(chromedp.CSS(orders+`tr[data-follower="n2"] td[data-field="durable-next"]`)))
 
 	for sel, want := range map[string]string{

@@ -53,8 +53,8 @@ func TestQueueTableAtAThousandQueues(t *testing.T) {
 	if got := br.Text(t, page+`[data-field="queue-count"]`); !strings.Contains(got, "100 match") {
 		t.Errorf("count says %q, want 100 matching", got)
 	}
-	br.Do(t, "sort by backlog", chromedp.Click(chromedp.CSS(page+`button[data-sort="backlog"]`)))
-	br.Do(t, "sort by backlog, largest first", chromedp.Click(chromedp.CSS(page+`button[data-sort="backlog"]`)))
+	br.Do(t, "sort by backlog", click(page+`button[data-sort="backlog"]`))
+	br.Do(t, "sort by backlog, largest first", click(page+`button[data-sort="backlog"]`))
 	br.WaitFor(t, "the fullest matching queue first", firstRow+` === 'q-0517'`, firstRow)
 	if got := br.Text(t, page+`tbody tr:nth-child(2) td[data-field="backlog"]`); got != "3" {
 		t.Errorf("second row's backlog says %q, want 3 (q-0542)", got)
@@ -62,7 +62,7 @@ func TestQueueTableAtAThousandQueues(t *testing.T) {
 	if got := br.Text(t, page+`th[aria-sort="descending"]`); !strings.Contains(got, "backlog") {
 		t.Errorf("the descending header says %q", got)
 	}
-	br.Do(t, "the next page", chromedp.Click(chromedp.CSS(page+`button[data-field="next-page"]`)))
+	br.Do(t, "the next page", click(page+`button[data-field="next-page"]`))
 	br.WaitFor(t, "page 2 of 2", textOf(page+`[data-field="page"]`)+` === 'page 2 of 2'`, textOf(page+`[data-field="page"]`))
 	br.WaitFor(t, "the second page's 50 rows", rows+` === 50`, rows)
 	br.Screenshot(t, "dashboard-queues-table.png")
@@ -73,7 +73,7 @@ func TestQueueTableAtAThousandQueues(t *testing.T) {
 	}
 	br.WaitFor(t, "every queue again, from page 1", textOf(page+`[data-field="page"]`)+` === 'page 1 of 20'`, textOf(page+`[data-field="page"]`))
 	br.WaitFor(t, "q-0517 still first by backlog", firstRow+` === 'q-0517'`, firstRow)
-	br.Do(t, "open a queue from its row", chromedp.Click(chromedp.CSS(page+`tr[data-queue="q-0517"] a.name`)),
+	br.Do(t, "open a queue from its row", click(page+`tr[data-queue="q-0517"] a.name`),
 		chromedp.WaitVisible(chromedp.CSS(`main[data-page="queue"] tr[data-partition="0"]`)))
 	br.CheckNoExceptions(t)
 }

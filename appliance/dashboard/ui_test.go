@@ -106,7 +106,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.WaitFor(t, "unsynced records back to 0 once background sync is on", number(unsynced)+` === 0`, textOf(unsynced))
 
 	// The queue page.
-	b.Do(t, "open the queue page", chromedp.Click(chromedp.CSS(row+` a.name`)),
+	b.Do(t, "open the queue page", click(row+` a.name`),
 		chromedp.WaitVisible(chromedp.CSS(`main[data-page="queue"] tr[data-partition="0"] td[data-field="durable-next"]`)))
 	if got := b.Text(t, `main[data-page="queue"] [data-field="warning"]`); got == "" {
 		t.Error("buffered queue shows no loss-window warning")
@@ -119,7 +119,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// message; a good one is saved and in force.
 	input := `#s-storage-background-sync-interval-ms`
 	b.Do(t, "open the settings page", chromedp.Navigate(base+"/#/settings"), chromedp.WaitVisible(chromedp.CSS(`main[data-page="settings"] `+input)))
-	b.Do(t, "submit an invalid interval", chromedp.SetValue(chromedp.CSS(input), "-5"), chromedp.Click(chromedp.CSS(`#settings-save`)),
+	b.Do(t, "submit an invalid interval", chromedp.SetValue(chromedp.CSS(input), "-5"), click(`#settings-save`),
 		chromedp.WaitVisible(chromedp.CSS(`#settings-result .error`)))
 	if got := b.Text(t, `#settings-result .error`); !strings.Contains(got, "background_sync_interval_ms") {
 		t.Errorf("validation error says %q, want it to name storage.background_sync_interval_ms", got)
@@ -127,7 +127,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if got := syncInterval(t, base); got != 100 {
 		t.Fatalf("after a refused change the interval is %v, want 100", got)
 	}
-	b.Do(t, "submit a valid interval", chromedp.SetValue(chromedp.CSS(input), "250"), chromedp.Click(chromedp.CSS(`#settings-save`)),
+	b.Do(t, "submit a valid interval", chromedp.SetValue(chromedp.CSS(input), "250"), click(`#settings-save`),
 		chromedp.WaitVisible(chromedp.CSS(`#settings-result .ok`)))
 	if got := syncInterval(t, base); got != 250 {
 		t.Fatalf("GET /api/settings after saving 250 from the page: interval %v", got)
@@ -176,7 +176,7 @@ func TestDashboardToken(t *testing.T) {
 	b := startBrowser(t, 800, 600)
 	b.Do(t, "open the page without a token", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(`#auth-token`)))
 	b.WaitFor(t, "the status to report the refusal", textOf(`#status`)+`.includes('401')`, textOf(`#status`))
-	b.Do(t, "give the token", chromedp.SendKeys(chromedp.CSS(`#auth-token`), "s3cret"), chromedp.Click(chromedp.CSS(`#auth button`)),
+	b.Do(t, "give the token", chromedp.SendKeys(chromedp.CSS(`#auth-token`), "s3cret"), click(`#auth button`),
 		chromedp.WaitVisible(chromedp.CSS(`main[data-page="queues"] h1`)), chromedp.WaitNotVisible(chromedp.CSS(`#auth`)))
 	b.CheckNoExceptions(t)
 }

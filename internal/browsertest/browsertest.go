@@ -118,6 +118,23 @@ func (b *Browser) Text(t testing.TB, sel string) string {
 	return strings.TrimSpace(s)
 }
 
+// Click clicks the first element sel matches once it is visible, looking
+// it up and clicking it in one evaluation in the page: the page re-renders
+// as it polls, so a node looked up first and clicked after may be gone by
+// then (chromedp.Click's "Could not find node with given id"). Between
+// re-renders the lookup finds no node and is tried again.
+func Click(sel string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		if _, err := chromedp.WaitVisible(chromedp.CSS(sel))(ctx, t); err != nil {
+			return chromedp.Void{}, err
+		}
+		_, err := chromedp.Poll[bool](`(() => { const e = document.querySelector(`+strconv.Quote(sel)+
+			`); if (!e) return false; e.click(); return true; })()`,
+			chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second))(ctx, t)
+		return chromedp.Void{}, err
+	}
+}
+
 // WaitFor polls the page until the JavaScript expression cond is true, or
 // fails the test after 30 seconds saying what it waited for and what the
 // page showed (the expression show).
