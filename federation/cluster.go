@@ -184,7 +184,22 @@ func (c *Cluster) LogDir(queue string, partition int) string {
 	if dir, ok := c.localDir(queue, partition); ok {
 		return dir
 	}
-	return c.logDir(queue, partition)
+	id := c.logCopy(queue, partition)
+	if !c.isBound() {
+		// The broker's start reopens the logs it wrote, under the
+		// declarations its own metadata holds. When the state names a
+		// declaration this node has no directory of (the queue was
+		// deleted and declared again while it was down), the newest it
+		// has is the broker's: opened as it is, it is closed as another
+		// declaration's (closeStaleOpened), rather than an empty log of
+		// the new declaration opened under the old one's settings.
+		if _, err := c.replicaFS.Stat(c.copyDir(id)); err != nil {
+			if newest := c.follower.NewestIncarnation(queue, partition); newest != 0 {
+				id.Incarnation = newest
+			}
+		}
+	}
+	return c.copyDir(id)
 }
 
 // Node is the control-plane node.
@@ -293,9 +308,10 @@ func (c *Cluster) serveLocked(st *control.State, name string) error {
 	if opened, ok := c.openedIncarnation(name); ok && !served && opened != q.Incarnation {
 		// The broker opened at start the log of another declaration
 		// under this name (deleted and declared again while this node
-		// was down): none of it is this queue's. A state still replaying
-		// may name an older one than the broker's: nothing is done on it.
-		if !c.caughtUp() {
+		// was down): none of it is this queue's. A state that has not
+		// caught up may name an older one than the broker's: nothing is
+		// done on it.
+		if !c.stateCaughtUp(st) {
 			return nil
 		}
 		c.log.Warn("the broker opened another declaration of the queue; closing it", "queue", name,
@@ -390,13 +406,16 @@ func (c *Cluster) closeStaleOpened() {
 // and for a node that opened with no raft state (blank), caught up to
 // where its leader was when it asked (Node.learnLive). Before, the state
 // may name declarations long gone, or lack ones this node holds.
-func (c *Cluster) caughtUp() bool {
+func (c *Cluster) caughtUp() bool { return c.stateCaughtUp(c.node.shared()) }
+
+// stateCaughtUp is caughtUp for st, a state read earlier.
+func (c *Cluster) stateCaughtUp(st *control.State) bool {
 	select {
 	case <-c.node.Replayed():
 	default:
 		return false
 	}
-	return c.node.liveKnown() && c.node.shared().Applied >= c.node.liveFrom.Load()
+	return c.node.liveKnown() && st.Applied >= c.node.liveFrom.Load()
 }
 
 // openedIncarnation is the declaration whose log the broker holds open

@@ -19,9 +19,11 @@ import (
 //     declaration or a new follower just made) is waited for, up to
 //     acceptWait, before the stream is refused; the owner's sender retries.
 //   - keeps says whether the state still assigns a copy to this node.
-//     Until the state has replayed (Node.Replayed) it keeps everything:
-//     the state of a node that just opened is empty, not authoritative.
-//   - collectCopies, once the state has replayed, removes the copies the
+//     Until the state has caught up (Cluster.caughtUp: replayed, and a
+//     node that opened with no raft state at its leader's index) it keeps
+//     everything: the state of a node that just opened is not
+//     authoritative.
+//   - collectCopies, once the state has caught up, removes the copies the
 //     state no longer assigns to this node (the queue was deleted, or
 //     deleted and declared again), the ones on disk included, and does so
 //     again after every applied command that took one away; the log of a
@@ -108,8 +110,8 @@ func (c *Cluster) keeps(id replication.CopyID) bool {
 	default:
 		return true
 	}
-	if !c.caughtUp() {
-		return true // a blank node's state may not assign it yet
+	if !c.caughtUp() || !c.isBound() {
+		return true // a blank node's state may not assign it yet; the broker may be about to reopen it
 	}
 	var keep bool
 	c.node.read(func(s *control.State) { keep = s.Holds(c.node.opts.ID, id.Queue, id.Incarnation, id.Partition) })
@@ -117,7 +119,7 @@ func (c *Cluster) keeps(id replication.CopyID) bool {
 }
 
 // collectCopies removes the copies the state no longer assigns to this
-// node, once it has replayed and again after every applied command that
+// node, once it has caught up (caughtUp) and again after every applied command that
 // may have left one behind, until Close. Walking every copy's directory
 // costs a read of each, so the first collection walks, and so does one
 // after a log opened since the last look (a copy's, or an owned
@@ -132,10 +134,16 @@ func (c *Cluster) keeps(id replication.CopyID) bool {
 // collection walks again, at the next change or after collectRetry.
 func (c *Cluster) collectCopies() {
 	defer c.wg.Done()
-	select {
-	case <-c.node.Replayed():
-	case <-c.stop:
-		return
+	// Not before the broker is bound either: its start reopens the logs
+	// it owned, which the state may no longer assign (a queue deleted, or
+	// declared again, while this node was down); each must be there for
+	// it to open and close as another declaration's (LogDir).
+	for _, ready := range []<-chan struct{}{c.node.Replayed(), c.bound} {
+		select {
+		case <-ready:
+		case <-c.stop:
+			return
+		}
 	}
 	var held map[replication.CopyID]bool // nil: collect
 	for {

@@ -411,3 +411,44 @@ func TestWipedRaftStateCollectsOnceCaughtUp(t *testing.T) {
 	}
 	await.Until(t, ctx, f.id+" to remove its copy of the deleted q", func() bool { return len(f.removed.under("replicas/q")) > before })
 }
+
+// The owner is down while its queue is deleted and declared again with
+// other settings, placed on it; it comes back with its broker opened only
+// once its state has replayed (the new declaration known). The broker's
+// start reopens its own log under its own (old) declaration; that queue is
+// closed as another declaration's, and the new one is served with its own
+// settings and none of the old messages.
+func TestRedeclaredWithOtherSettingsWhileItsOwnerWasDown(t *testing.T) {
+	nodes := startNodes(t, 3, nodeOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	leadBy(t, nodes, "n3")
+	owner := nodes.declare(t, "n3", appliance.QueueConfig{Name: "q", Durability: appliance.Durable}, "")
+	if owner.id != "n1" {
+		t.Fatalf("q owned by %s, want n1", owner.id)
+	}
+	publishN(t, owner.broker, "q", "old", 20)
+	nodes.copiesMatch(t, "q", (*wal.Log).WrittenNext)
+	owner.close()
+	if err := nodes["n3"].cluster.DeleteQueue(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	again := appliance.QueueConfig{Name: "q", Durability: appliance.Buffered, Partitions: 2}
+	if _, _, err := nodes["n3"].cluster.DeclarePolicy(ctx, again, ""); err != nil {
+		t.Fatal(err)
+	}
+	if o := nodes["n3"].cluster.Node().State().Assignments["q"][0].Owner; o != "n1" {
+		t.Fatalf("the new q is placed on %s, want n1 (down)", o)
+	}
+	owner.brokerLate = true
+	owner.restart(t)
+	served := nodes.servedAfter(t, "q", 0)
+	await.Until(t, ctx, served.id+" to serve q with its new settings", func() bool {
+		in, err := served.broker.QueueInfo("q")
+		return err == nil && in.Config.Partitions == 2 && in.Config.Durability == appliance.Buffered
+	})
+	publishN(t, served.broker, "q", "new", 10)
+	if got := consumeBodies(t, ctx, served.broker, "q", 10); !onlyPrefix(got, "new-") {
+		t.Fatalf("the new q, served by %s, delivered %q", served.id, got)
+	}
+}

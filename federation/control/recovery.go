@@ -153,6 +153,9 @@ func (a Assignment) Witnesses(mode appliance.Durability) int {
 // bring back more, and the best witness's history (the longest
 // surviving one) wins.
 func (a Assignment) Installable(mode appliance.Durability) bool {
+	if a.neverWritten() {
+		return true
+	}
 	if a.Witnesses(mode) >= a.SealsNeeded() {
 		return true
 	}
@@ -288,6 +291,9 @@ func shipTails(as []Assignment) {
 	for _, n := range order {
 		wins := 0
 		for _, a := range as {
+			if a.neverWritten() {
+				continue
+			}
 			i := slices.IndexFunc(a.Seals, func(x Seal) bool { return x.Node == n })
 			if i < 0 || !a.Seals[i].Witness {
 				wins = -1
@@ -323,13 +329,25 @@ func betterSeal(x, y Seal) int {
 // none of them exists.
 func neverWritten(as []Assignment) bool {
 	for _, a := range as {
-		if len(a.Seals) < a.Replicas() {
+		if !a.neverWritten() {
 			return false
 		}
-		for _, sl := range a.Seals {
-			if !sl.NoCopy {
-				return false
-			}
+	}
+	return true
+}
+
+// neverWritten reports whether every copy of the partition sealed and none
+// of them exists: no node holds a record of it, so nothing of it can be
+// lost, and whichever owner the other partitions' seals choose starts it
+// afresh (an owner that crashed while it created a new queue's
+// partitions, or a broker that opened an older declaration with fewer).
+func (a Assignment) neverWritten() bool {
+	if len(a.Seals) < a.Replicas() {
+		return false
+	}
+	for _, sl := range a.Seals {
+		if !sl.NoCopy {
+			return false
 		}
 	}
 	return true
@@ -347,6 +365,9 @@ func pickOwner(as []Assignment) (string, bool) {
 	for _, n := range candidates {
 		best := true
 		for _, a := range as {
+			if a.neverWritten() {
+				continue // any owner starts it afresh
+			}
 			i := slices.IndexFunc(a.Seals, func(x Seal) bool { return x.Node == n })
 			if i < 0 || !a.Seals[i].Witness {
 				best = false

@@ -252,3 +252,28 @@ func TestPartitionsShareTheirCopies(t *testing.T) {
 		}
 	}
 }
+
+// A queue one partition of which no copy holds (its owner crashed while it
+// created the partitions, or opened an older declaration with fewer): the
+// other partitions' witnesses choose the owner, and the empty partition
+// does not hold the recovery up.
+func TestRecoveryWithAPartitionNeverWritten(t *testing.T) {
+	s := threeMembers(t)
+	as := declareQ(t, s, Policy{Kind: ReplicaDurable, N: 2})
+	e, owner := as[0].Epoch, as[0].Owner
+	if err := s.recover(Recover{Queue: "q", Epoch: e}); err != nil {
+		t.Fatal(err)
+	}
+	none := Seal{NoCopy: true}
+	held := Seal{End: 5, LastEpoch: e, Witness: true, Acked: 5}
+	sealAll(t, s, as[0].Followers[0], e+1, held, none)
+	sealAll(t, s, as[0].Followers[1], e+1, Seal{End: 3, LastEpoch: e, Witness: true, Acked: 3}, none)
+	if !s.Assignments["q"][1].Sealing {
+		t.Fatal("installed before every copy of the empty partition sealed")
+	}
+	sealAll(t, s, owner, e+1, none, none)
+	a := s.Assignments["q"][1]
+	if a.Sealing || a.Owner != as[0].Followers[0] || a.Epoch != e+1 {
+		t.Fatalf("after every copy sealed: %+v, want %s (the best witness of partition 0) installed at epoch %d", a, as[0].Followers[0], e+1)
+	}
+}
