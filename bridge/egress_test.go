@@ -215,7 +215,9 @@ func TestEgressHoldsDeliveriesWhileNATSIsDown(t *testing.T) {
 	if got := streamMsgs(t, url, "HELD"); got != n+1 {
 		t.Fatalf("stream holds %d messages, want %d (stats %+v)", got, n+1, br.Stats())
 	}
-	waitFor(t, "the queue empty", func() bool { return queued("held") == 0 })
+	// The queue empties as the broker applies the acks, which may come
+	// before the bridge counts them: wait for both.
+	waitFor(t, "the queue empty and its messages counted", func() bool { return queued("held") == 0 && br.Stats().Egressed >= n+1 })
 	br.stop()
 	s := br.Stats()
 	t.Logf("held %d times during the outage; egressed %d, failed %d, reconnects %d", held(), s.Egressed, s.EgressFailed, s.Reconnects)
@@ -297,6 +299,9 @@ func TestEgressReleasesMessagesNATSRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the held message in the stream made for it", func() bool { return streamMsgs(t, ns.ClientURL(), "LATE") == 1 })
+	// The stream holds a message before the bridge has its publish ack
+	// and acks it in Fibril: wait for the bridge's count.
+	waitFor(t, "the bridge to ack the three messages NATS took", func() bool { return br.Stats().Egressed == 3 })
 	br.stop()
 	if s := br.Stats(); s.Egressed != 3 || s.EgressFailed != 2*maxDeliveries {
 		t.Fatalf("egressed %d, released %d: want 3 and %d (each refused message once per delivery)", s.Egressed, s.EgressFailed, 2*maxDeliveries)
