@@ -40,16 +40,8 @@ func leadBy(t *testing.T, nodes testCluster, id string) {
 // for their recovery, sealed, installed) says nothing of the new queue's,
 // which count from 1 again.
 func TestRedeclaredQueueFailsOverAgain(t *testing.T) {
-	nodes := startNodes(t, 3, nodeOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	leadBy(t, nodes, "n3")
+	nodes, owner, ctx := oldQueueOnN1(t)
 	cfg := appliance.QueueConfig{Name: "q", Durability: appliance.Durable}
-	owner := nodes.declare(t, "n3", cfg, "")
-	if owner.id != "n1" {
-		t.Fatalf("q owned by %s, want n1", owner.id)
-	}
-	publishN(t, owner.broker, "q", "old", 20)
 	nodes.copiesMatch(t, "q", (*wal.Log).WrittenNext)
 	owner.close()
 	first := nodes.servedAfter(t, "q", 1)
@@ -89,7 +81,7 @@ func TestRedeclaredQueueFailsOverAgain(t *testing.T) {
 // return or the new queue's failover, and wherever the new queue ends up
 // served.
 func TestRedeclaredWhileItsOwnerWasDown(t *testing.T) {
-	nodes, owner, ctx := redeclaredWhileDown(t)
+	nodes, owner, ctx := redeclaredWhileDown(t, appliance.QueueConfig{Name: "q", Durability: appliance.Durable})
 	owner.restart(t)
 	served := nodes.servedAfter(t, "q", 0)
 	publishN(t, served.broker, "q", "new", 10)
@@ -115,29 +107,36 @@ func TestRedeclaredWhileItsOwnerWasDown(t *testing.T) {
 	served.restart(t)
 }
 
-// redeclaredWhileDown starts three nodes led by n3, declares the
-// durable queue q (owned by n1) and gives it messages old-0..19, acking
-// some, then stops n1 and deletes and declares q again, placed on n1. It
-// returns with n1 down, and a context for the test's requests.
-func redeclaredWhileDown(t *testing.T) (testCluster, *clusterNode, context.Context) {
+// oldQueueOnN1 starts three nodes led by n3 and declares the durable
+// queue q, owned by n1, with messages old-0..19; it returns a context
+// for the test's requests.
+func oldQueueOnN1(t *testing.T) (testCluster, *clusterNode, context.Context) {
 	t.Helper()
 	nodes := startNodes(t, 3, nodeOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	leadBy(t, nodes, "n3")
-	cfg := appliance.QueueConfig{Name: "q", Durability: appliance.Durable}
-	owner := nodes.declare(t, "n3", cfg, "")
+	owner := nodes.declare(t, "n3", appliance.QueueConfig{Name: "q", Durability: appliance.Durable}, "")
 	if owner.id != "n1" {
 		t.Fatalf("q owned by %s, want n1", owner.id)
 	}
 	publishN(t, owner.broker, "q", "old", 20)
+	return nodes, owner, ctx
+}
+
+// redeclaredWhileDown is oldQueueOnN1 with some of the old messages
+// acked; then it stops n1 and deletes q and declares it again as again,
+// placed on n1. It returns with n1 down.
+func redeclaredWhileDown(t *testing.T, again appliance.QueueConfig) (testCluster, *clusterNode, context.Context) {
+	t.Helper()
+	nodes, owner, ctx := oldQueueOnN1(t)
 	consumeBodies(t, ctx, owner.broker, "q", 5) // some acked: the old queue's checkpoint has state
 	nodes.copiesMatch(t, "q", (*wal.Log).WrittenNext)
 	owner.close()
 	if err := nodes["n3"].cluster.DeleteQueue(ctx, "q"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := nodes["n3"].cluster.DeclarePolicy(ctx, cfg, ""); err != nil {
+	if _, _, err := nodes["n3"].cluster.DeclarePolicy(ctx, again, ""); err != nil {
 		t.Fatal(err)
 	}
 	if o := nodes["n3"].cluster.Node().State().Assignments["q"][0].Owner; o != "n1" {
@@ -199,7 +198,7 @@ func onlyPrefix(bodies []string, prefix string) bool {
 // declaration) before the new declaration reaches it. No copy of the new
 // queue holds an old record, and none is delivered.
 func TestRedeclaredOwnerBackAloneOpensTheOldLog(t *testing.T) {
-	nodes, owner, ctx := redeclaredWhileDown(t)
+	nodes, owner, ctx := redeclaredWhileDown(t, appliance.QueueConfig{Name: "q", Durability: appliance.Durable})
 	for _, id := range []string{"n2", "n3"} {
 		await.Until(t, ctx, id+" to apply the new q", func() bool {
 			q, ok := nodes[id].cluster.Node().State().Queues["q"]
@@ -295,13 +294,7 @@ func ownedKeys(c *Cluster) []string {
 // before it has caught up with its leader: the queue it owned is still
 // assigned to it, and its copy survives.
 func TestWipedRaftStateKeepsTheCopiesUntilCaughtUp(t *testing.T) {
-	nodes := startNodes(t, 3, nodeOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	leadBy(t, nodes, "n3")
-	cfg := appliance.QueueConfig{Name: "q", Durability: appliance.Durable}
-	owner := nodes.declare(t, "n3", cfg, "")
-	publishN(t, owner.broker, "q", "old", 20)
+	nodes, owner, ctx := oldQueueOnN1(t)
 	nodes.copiesMatch(t, "q", (*wal.Log).WrittenNext)
 	owner.close()
 	// Keep the leader from answering the restarted node for a while.
@@ -364,13 +357,7 @@ func TestRacingDeletesKeepTheRedeclaredQueueServed(t *testing.T) {
 // a queue it held a copy of was deleted: once it has caught up with its
 // leader, it removes that copy.
 func TestWipedRaftStateCollectsOnceCaughtUp(t *testing.T) {
-	nodes := startNodes(t, 3, nodeOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	leadBy(t, nodes, "n3")
-	cfg := appliance.QueueConfig{Name: "q", Durability: appliance.Durable}
-	owner := nodes.declare(t, "n3", cfg, "")
-	publishN(t, owner.broker, "q", "old", 20)
+	nodes, _, ctx := oldQueueOnN1(t)
 	a := nodes.assignments(t, "q")[0]
 	var f *clusterNode
 	for _, id := range a.Followers {
@@ -419,27 +406,7 @@ func TestWipedRaftStateCollectsOnceCaughtUp(t *testing.T) {
 // closed as another declaration's, and the new one is served with its own
 // settings and none of the old messages.
 func TestRedeclaredWithOtherSettingsWhileItsOwnerWasDown(t *testing.T) {
-	nodes := startNodes(t, 3, nodeOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	leadBy(t, nodes, "n3")
-	owner := nodes.declare(t, "n3", appliance.QueueConfig{Name: "q", Durability: appliance.Durable}, "")
-	if owner.id != "n1" {
-		t.Fatalf("q owned by %s, want n1", owner.id)
-	}
-	publishN(t, owner.broker, "q", "old", 20)
-	nodes.copiesMatch(t, "q", (*wal.Log).WrittenNext)
-	owner.close()
-	if err := nodes["n3"].cluster.DeleteQueue(ctx, "q"); err != nil {
-		t.Fatal(err)
-	}
-	again := appliance.QueueConfig{Name: "q", Durability: appliance.Buffered, Partitions: 2}
-	if _, _, err := nodes["n3"].cluster.DeclarePolicy(ctx, again, ""); err != nil {
-		t.Fatal(err)
-	}
-	if o := nodes["n3"].cluster.Node().State().Assignments["q"][0].Owner; o != "n1" {
-		t.Fatalf("the new q is placed on %s, want n1 (down)", o)
-	}
+	nodes, owner, ctx := redeclaredWhileDown(t, appliance.QueueConfig{Name: "q", Durability: appliance.Buffered, Partitions: 2})
 	owner.brokerLate = true
 	owner.restart(t)
 	served := nodes.servedAfter(t, "q", 0)
