@@ -360,29 +360,24 @@ func (c *Cluster) closeStaleOpened() {
 		return
 	}
 	b := c.boundBroker()
-	if b == nil {
-		return
+	if b == nil || len(c.openedAtStart()) == 0 {
+		return // every one served or closed: serveMu is not taken for nothing at each command
 	}
 	c.serveMu.Lock()
 	defer c.serveMu.Unlock()
-	// Looked at under serveMu: the broker opens no cluster queue
+	// Looked at again under serveMu: the broker opens no cluster queue
 	// meanwhile, so each one found is still the broker's queue of its
 	// name when it is closed.
-	c.mu.Lock()
-	var atStart []*ownedPartition
-	for _, op := range c.owned {
-		if op.partition == 0 && op.atStart {
-			atStart = append(atStart, op)
-		}
-	}
-	c.mu.Unlock()
 	st := c.node.shared()
-	for _, op := range atStart {
+	for _, op := range c.openedAtStart() {
 		name, inc := op.queue, op.incarnation
 		c.declaredMu.Lock()
 		served, ok := c.declared[name]
 		c.declaredMu.Unlock()
 		if ok && served == inc {
+			c.mu.Lock()
+			op.atStart = false // served: the broker's queue is the cluster's now
+			c.mu.Unlock()
 			continue
 		}
 		if q, known := st.Queues[name]; known && q.Incarnation == inc && st.OwnedBy(name, c.node.opts.ID) {
@@ -400,6 +395,21 @@ func (c *Cluster) closeStaleOpened() {
 		c.fo.setServing(name, false)
 		c.log.Warn("closed a queue opened at start that is not this node's to serve", "queue", name, "incarnation", inc)
 	}
+}
+
+// openedAtStart lists the first partitions of the queues the broker
+// opened at start and closeStaleOpened has not settled yet (served or
+// closed; a closed one is detached).
+func (c *Cluster) openedAtStart() []*ownedPartition {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ops []*ownedPartition
+	for _, op := range c.owned {
+		if op.partition == 0 && op.atStart {
+			ops = append(ops, op)
+		}
+	}
+	return ops
 }
 
 // caughtUp reports whether the node's state is one to act on: replayed,

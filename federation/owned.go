@@ -34,7 +34,7 @@ type ownedPartition struct {
 	// incarnation is the declaration the log belongs to (its directory
 	// names it): an assignment of another is not this log's to write.
 	incarnation uint64
-	atStart     bool // opened by the broker's start, before Bind (closeStaleOpened)
+	atStart     bool // opened by the broker's start, before Bind, and not served yet (closeStaleOpened; guarded by c.mu)
 	log         *wal.Log
 	dir         string        // the log's directory, which holds its history
 	ready       chan struct{} // closed once gate is set
